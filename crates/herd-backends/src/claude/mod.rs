@@ -1,0 +1,179 @@
+//! The Claude Code backend: `claude -p` with stream-json in and out (protocols.md §1).
+//! Argv building, the stdin messages (prompt, interrupt), and the verdict; decoding is in `decode`.
+
+mod decode;
+
+pub use decode::ClaudeDecoder;
+
+use herd_core::{FailureReason, ResultInfo, ResultKind};
+use serde_json::json;
+
+use crate::{Backend, BackendError, BackendKind, Decoder, Exit, Invocation, RunSpec, Verdict};
+
+/// The Claude Code version herd was tested with.
+pub const TESTED_VERSION: &str = "2.1.197";
+
+/// Claude Code (`@anthropic-ai/claude-code`).
+#[derive(Debug, Clone, Copy)]
+pub struct Claude;
+
+impl Backend for Claude {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Claude
+    }
+
+    fn program_override_var(&self) -> Option<&'static str> {
+        Some("HERD_CLAUDE_BIN")
+    }
+
+    fn invocation(
+        &self,
+        spec: &RunSpec,
+        path_var: Option<&str>,
+        override_bin: Option<&str>,
+    ) -> Result<Invocation, BackendError> {
+        let program = crate::resolve_program("claude", "HERD_CLAUDE_BIN", path_var, override_bin)?;
+        Ok(Invocation { program, args: args(spec) })
+    }
+
+    fn env_prefixes(&self) -> &'static [&'static str] {
+        &["ANTHROPIC_", "CLAUDE_CODE_", "DISABLE_"]
+    }
+
+    fn initial_stdin(&self, spec: &RunSpec) -> Vec<u8> {
+        user_message(&spec.prompt)
+    }
+
+    fn holds_stdin(&self) -> bool {
+        true
+    }
+
+    fn interrupt_message(&self) -> Option<Vec<u8>> {
+        let mut m = serde_json::to_vec(&json!({
+            "type": "control_request",
+            "request_id": "herd_interrupt",
+            "request": {"subtype": "interrupt"},
+        }))
+        .unwrap_or_default();
+        m.push(b'\n');
+        Some(m)
+    }
+
+    fn decoder(&self) -> Box<dyn Decoder> {
+        Box::new(ClaudeDecoder::default())
+    }
+
+    fn verdict(&self, result: Option<&ResultInfo>, exit: Exit) -> Verdict {
+        verdict(result, exit)
+    }
+}
+
+/// The argv after the program name.
+pub fn args(spec: &RunSpec) -> Vec<String> {
+    let mut a: Vec<String> =
+        ["-p", "--input-format", "stream-json", "--output-format", "stream-json", "--verbose"]
+            .map(String::from)
+            .into();
+    let mut opt = |flag: &str, value: String| {
+        a.push(flag.to_owned());
+        a.push(value);
+    };
+    if let Some(m) = &spec.model {
+        opt("--model", m.clone());
+    }
+    if let Some(n) = spec.max_turns {
+        opt("--max-turns", n.to_string());
+    }
+    if let Some(t) = &spec.tools {
+        opt("--tools", t.join(","));
+    }
+    // One comma-joined value per flag, as the official SDKs pass them.
+    if !spec.allow.is_empty() {
+        opt("--allowedTools", spec.allow.join(","));
+    }
+    if !spec.deny.is_empty() {
+        opt("--disallowedTools", spec.deny.join(","));
+    }
+    if let Some(p) = &spec.append_system_prompt {
+        opt("--append-system-prompt", p.clone());
+    }
+    if let Some(r) = &spec.resume {
+        opt("--resume", r.clone());
+    }
+    a
+}
+
+/// A stream-json user message carrying `text`, newline-terminated.
+pub fn user_message(text: &str) -> Vec<u8> {
+    let mut m = serde_json::to_vec(&json!({
+        "type": "user",
+        "message": {"role": "user", "content": text},
+        "parent_tool_use_id": null,
+        "session_id": "",
+    }))
+    .unwrap_or_default();
+    m.push(b'\n');
+    m
+}
+
+fn verdict(result: Option<&ResultInfo>, exit: Exit) -> Verdict {
+    let Some(r) = result else {
+        return Verdict::Failed(FailureReason::NoResult {
+            exit_code: match exit {
+                Exit::Code(c) => Some(c),
+                Exit::Signal(_) => None,
+            },
+        });
+    };
+    let message =
+        || r.text.clone().filter(|t| !t.is_empty()).unwrap_or_else(|| r.errors.join("; "));
+    match (&r.subtype, r.is_error) {
+        (ResultKind::Success, false) => Verdict::Completed,
+        (ResultKind::ErrorMaxTurns, _) => Verdict::Failed(FailureReason::MaxTurns),
+        _ if r.api_error_status.is_some() => Verdict::Failed(FailureReason::ApiError {
+            status: r.api_error_status,
+            message: message(),
+        }),
+        (ResultKind::Success, true) => {
+            Verdict::Failed(FailureReason::ApiError { status: None, message: message() })
+        }
+        _ => Verdict::Failed(FailureReason::AgentError { message: message() }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn argv_maps_the_vocabulary() {
+        let spec = RunSpec {
+            prompt: "p".into(),
+            model: Some("sonnet".into()),
+            tools: Some(vec!["Bash".into(), "Read".into()]),
+            allow: vec!["Bash(cargo test *)".into(), "Write".into()],
+            deny: vec!["Bash(rm *)".into()],
+            max_turns: Some(3),
+            append_system_prompt: Some("be brief".into()),
+            resume: Some("abc".into()),
+            command: vec![],
+        };
+        assert_eq!(
+            args(&spec).join(" "),
+            "-p --input-format stream-json --output-format stream-json --verbose --model sonnet \
+             --max-turns 3 --tools Bash,Read --allowedTools Bash(cargo test *),Write \
+             --disallowedTools Bash(rm *) --append-system-prompt be brief --resume abc"
+        );
+    }
+
+    #[test]
+    fn stdin_messages_are_single_json_lines() {
+        let m = user_message("hello \"there\"\nline two");
+        assert_eq!(m.iter().filter(|&&b| b == b'\n').count(), 1);
+        let v: serde_json::Value = serde_json::from_slice(&m).unwrap();
+        assert_eq!(v["message"]["content"], "hello \"there\"\nline two");
+        let i = Claude.interrupt_message().unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&i).unwrap();
+        assert_eq!(v["request"]["subtype"], "interrupt");
+    }
+}

@@ -1,0 +1,142 @@
+//! herd-backends: one adapter per agent CLI — how to start it, how to read its stream, what to
+//! write to its stdin, and how to judge its end. Pure apart from finding the binary on PATH.
+
+pub mod claude;
+pub mod command;
+mod lenient;
+mod program;
+
+use std::fmt;
+use std::path::PathBuf;
+
+use herd_core::{Decoded, FailureReason, ResultInfo, Usage};
+
+pub use program::{ProgramNotFound, resolve_program};
+
+/// The agent CLIs herd can drive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BackendKind {
+    Claude,
+    Command,
+}
+
+impl BackendKind {
+    pub const ALL: [BackendKind; 2] = [BackendKind::Claude, BackendKind::Command];
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Claude => "claude",
+            Self::Command => "command",
+        }
+    }
+
+    /// The adapter for this kind.
+    pub fn backend(self) -> &'static dyn Backend {
+        match self {
+            Self::Claude => &claude::Claude,
+            Self::Command => &command::Command,
+        }
+    }
+}
+
+impl fmt::Display for BackendKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for BackendKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::ALL
+            .into_iter()
+            .find(|k| k.as_str() == s)
+            .ok_or_else(|| format!("unknown cli {s:?} (expected one of: claude, command)"))
+    }
+}
+
+/// What a subagent should do, in backend-neutral terms.
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+pub struct RunSpec {
+    pub prompt: String,
+    pub model: Option<String>,
+    /// The tools the agent has at all (`None` = the CLI's default set).
+    pub tools: Option<Vec<String>>,
+    /// Rules for calls that run without asking.
+    pub allow: Vec<String>,
+    /// Rules for calls that are refused.
+    pub deny: Vec<String>,
+    pub max_turns: Option<u32>,
+    pub append_system_prompt: Option<String>,
+    /// The backend's native session id to continue.
+    pub resume: Option<String>,
+    /// For the command backend: the program and its arguments.
+    pub command: Vec<String>,
+}
+
+/// A program and its arguments, ready to spawn.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Invocation {
+    pub program: PathBuf,
+    pub args: Vec<String>,
+}
+
+/// Why a command line could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    #[error(transparent)]
+    NotFound(#[from] ProgramNotFound),
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// How a process ended, as the supervisor saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    Code(i32),
+    Signal(i32),
+}
+
+/// A backend's judgement of a finished run.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Verdict {
+    Completed,
+    Failed(FailureReason),
+}
+
+/// Turns an agent's stdout, line by line, into herd events.
+pub trait Decoder: Send {
+    /// Decode one line (without its newline). Never panics, whatever the bytes.
+    fn decode(&mut self, line: &[u8], out: &mut Vec<Decoded>);
+    /// Model turns seen so far (top-level assistant messages).
+    fn turns(&self) -> u32;
+    /// Usage seen so far.
+    fn usage(&self) -> Usage;
+}
+
+/// One agent CLI.
+pub trait Backend: Send + Sync + fmt::Debug {
+    fn kind(&self) -> BackendKind;
+    /// The environment variable that overrides the binary's location, if any.
+    fn program_override_var(&self) -> Option<&'static str>;
+    /// The command line for `spec`, with the binary resolved from `path_var` / the override.
+    fn invocation(
+        &self,
+        spec: &RunSpec,
+        path_var: Option<&str>,
+        override_bin: Option<&str>,
+    ) -> Result<Invocation, BackendError>;
+    /// Prefixes of environment variables the CLI needs passed through (API keys, base URLs).
+    fn env_prefixes(&self) -> &'static [&'static str];
+    /// Bytes written to stdin at start.
+    fn initial_stdin(&self, spec: &RunSpec) -> Vec<u8>;
+    /// Whether stdin stays open after the initial bytes until the terminal event.
+    fn holds_stdin(&self) -> bool;
+    /// A graceful stop message for stdin, if the CLI has one (else herd sends SIGINT).
+    fn interrupt_message(&self) -> Option<Vec<u8>>;
+    /// A fresh stream decoder.
+    fn decoder(&self) -> Box<dyn Decoder>;
+    /// Success is an event, not an exit code: judge the run from its terminal event and exit.
+    fn verdict(&self, result: Option<&ResultInfo>, exit: Exit) -> Verdict;
+}

@@ -1,0 +1,301 @@
+//! The event vocabulary: what backends decode from agent streams and what herd adds around a run.
+//! One enum, persisted as `(kind, payload)` rows and shown to watchers only after it is stored.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Token usage, as reported by the agent.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Usage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub cache_creation_input_tokens: u64,
+    pub cache_read_input_tokens: u64,
+}
+
+impl Usage {
+    /// Field-wise sum.
+    pub fn add(&mut self, other: &Usage) {
+        self.input_tokens += other.input_tokens;
+        self.output_tokens += other.output_tokens;
+        self.cache_creation_input_tokens += other.cache_creation_input_tokens;
+        self.cache_read_input_tokens += other.cache_read_input_tokens;
+    }
+}
+
+/// Which kind of terminal `result` the agent reported.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ResultKind {
+    Success,
+    ErrorMaxTurns,
+    ErrorDuringExecution,
+    /// A subtype this herd does not know, kept verbatim.
+    Other(String),
+}
+
+/// A call the agent wanted to make and was refused.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PermissionDenial {
+    pub tool_name: String,
+    #[serde(default)]
+    pub tool_use_id: Option<String>,
+    #[serde(default)]
+    pub tool_input: Value,
+}
+
+/// The agent's own account of how a run ended (claude `result`, codex `turn.completed`, …).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ResultInfo {
+    pub subtype: ResultKind,
+    pub is_error: bool,
+    #[serde(default)]
+    pub text: Option<String>,
+    #[serde(default)]
+    pub api_error_status: Option<u16>,
+    #[serde(default)]
+    pub errors: Vec<String>,
+    #[serde(default)]
+    pub num_turns: Option<u32>,
+    #[serde(default)]
+    pub native_session_id: Option<String>,
+    #[serde(default)]
+    pub usage: Usage,
+    #[serde(default)]
+    pub cost_usd: Option<f64>,
+    #[serde(default)]
+    pub duration_ms: Option<u64>,
+    #[serde(default)]
+    pub permission_denials: Vec<PermissionDenial>,
+    #[serde(default)]
+    pub terminal_reason: Option<String>,
+}
+
+/// Everything that can happen in a subagent run, in one persisted vocabulary.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum AgentEvent {
+    // --- lifecycle (herd's own) ---
+    SubagentCreated {
+        cli: String,
+        cwd: String,
+    },
+    SubagentStarted {
+        pid: u32,
+        pgid: u32,
+        argv: Vec<String>,
+    },
+    SubagentCompleted,
+    SubagentFailed {
+        reason: String,
+    },
+    SubagentCancelled {
+        reason: String,
+    },
+    SubagentClosed {
+        final_status: String,
+        close_reason: String,
+    },
+    /// herd began stopping the agent (`interrupt`, `sigint`, `sigterm`, `sigkill`).
+    StopRequested {
+        step: String,
+        why: String,
+    },
+    /// The result text was cut to the output limit; the transcript has all of it.
+    OutputTruncated {
+        limit_bytes: u64,
+        total_bytes: u64,
+    },
+    /// Processes the agent left behind that herd killed when the run ended.
+    LeftoversKilled {
+        count: u32,
+    },
+    // --- decoded from the agent's stream ---
+    Init {
+        #[serde(default)]
+        native_session_id: Option<String>,
+        #[serde(default)]
+        model: Option<String>,
+        #[serde(default)]
+        tools: Vec<String>,
+    },
+    Text {
+        text: String,
+    },
+    Thinking {
+        text: String,
+    },
+    /// Text on the user side of the conversation (subagent prompts, interrupt markers).
+    UserText {
+        text: String,
+    },
+    ToolCall {
+        id: String,
+        name: String,
+        input: Value,
+    },
+    ToolResult {
+        tool_use_id: String,
+        content: String,
+        is_error: bool,
+    },
+    ApiRetry {
+        #[serde(default)]
+        attempt: Option<u32>,
+        #[serde(default)]
+        max_retries: Option<u32>,
+        #[serde(default)]
+        error_status: Option<u16>,
+        #[serde(default)]
+        error: Option<String>,
+    },
+    /// Claude's own internal subagents (`system/task_*`).
+    Task {
+        subtype: String,
+        #[serde(default)]
+        task_id: Option<String>,
+        #[serde(default)]
+        description: Option<String>,
+        #[serde(default)]
+        status: Option<String>,
+    },
+    /// A partial-message stream event; only its type is kept here (the transcript has all).
+    StreamEvent {
+        event_type: String,
+    },
+    /// Another `system` subtype.
+    System {
+        subtype: String,
+    },
+    ControlRequest {
+        request_id: String,
+        subtype: String,
+        request: Value,
+    },
+    ControlResponse {
+        #[serde(default)]
+        request_id: Option<String>,
+        #[serde(default)]
+        subtype: Option<String>,
+    },
+    Result(ResultInfo),
+    /// A line on the agent's stderr.
+    Stderr {
+        line: String,
+    },
+    /// Valid JSON of a shape herd does not know, kept verbatim.
+    Unknown {
+        raw: String,
+    },
+    /// A line that is not valid JSON (or was cut); a preview is kept, the transcript has all of it.
+    DecodeError {
+        error: String,
+        preview: String,
+    },
+    /// A line longer than the reader's bound: skipped (but kept in the transcript).
+    LineTooLong {
+        bytes: u64,
+        limit: u64,
+    },
+}
+
+impl AgentEvent {
+    /// The stored `kind` of this event (its serde tag).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::SubagentCreated { .. } => "subagent_created",
+            Self::SubagentStarted { .. } => "subagent_started",
+            Self::SubagentCompleted => "subagent_completed",
+            Self::SubagentFailed { .. } => "subagent_failed",
+            Self::SubagentCancelled { .. } => "subagent_cancelled",
+            Self::SubagentClosed { .. } => "subagent_closed",
+            Self::StopRequested { .. } => "stop_requested",
+            Self::OutputTruncated { .. } => "output_truncated",
+            Self::LeftoversKilled { .. } => "leftovers_killed",
+            Self::Init { .. } => "init",
+            Self::Text { .. } => "text",
+            Self::Thinking { .. } => "thinking",
+            Self::UserText { .. } => "user_text",
+            Self::ToolCall { .. } => "tool_call",
+            Self::ToolResult { .. } => "tool_result",
+            Self::ApiRetry { .. } => "api_retry",
+            Self::Task { .. } => "task",
+            Self::StreamEvent { .. } => "stream_event",
+            Self::System { .. } => "system",
+            Self::ControlRequest { .. } => "control_request",
+            Self::ControlResponse { .. } => "control_response",
+            Self::Result(_) => "result",
+            Self::Stderr { .. } => "stderr",
+            Self::Unknown { .. } => "unknown",
+            Self::DecodeError { .. } => "decode_error",
+            Self::LineTooLong { .. } => "line_too_long",
+        }
+    }
+}
+
+/// One decoded event with the tool call it belongs to, if it came from inside one of the
+/// agent's own subagents (claude's `parent_tool_use_id`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decoded {
+    pub parent_tool_use_id: Option<String>,
+    pub event: AgentEvent,
+}
+
+impl Decoded {
+    /// A top-level event.
+    pub fn top(event: AgentEvent) -> Self {
+        Self { parent_tool_use_id: None, event }
+    }
+}
+
+/// Cut `s` to at most `max` bytes on a char boundary.
+pub fn truncate_str(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kind_matches_serde_tag() {
+        let samples = [
+            AgentEvent::SubagentCompleted,
+            AgentEvent::Text { text: "hi".into() },
+            AgentEvent::LineTooLong { bytes: 1, limit: 1 },
+            AgentEvent::Result(ResultInfo {
+                subtype: ResultKind::Success,
+                is_error: false,
+                text: None,
+                api_error_status: None,
+                errors: vec![],
+                num_turns: None,
+                native_session_id: None,
+                usage: Usage::default(),
+                cost_usd: None,
+                duration_ms: None,
+                permission_denials: vec![],
+                terminal_reason: None,
+            }),
+        ];
+        for ev in samples {
+            let v = serde_json::to_value(&ev).unwrap();
+            assert_eq!(v["kind"], ev.kind());
+            assert_eq!(serde_json::from_value::<AgentEvent>(v).unwrap(), ev);
+        }
+    }
+
+    #[test]
+    fn truncate_respects_char_boundaries() {
+        assert_eq!(truncate_str("héllo", 2), "h");
+        assert_eq!(truncate_str("abc", 10), "abc");
+    }
+}

@@ -1,0 +1,12 @@
+//! herd-core: the types and rules every other herd crate shares.
+//! Pure: no I/O, no async — ids, statuses with their legal transitions, and the event vocabulary.
+
+pub mod event;
+pub mod id;
+pub mod status;
+
+pub use event::{
+    AgentEvent, Decoded, PermissionDenial, ResultInfo, ResultKind, Usage, truncate_str,
+};
+pub use id::SubagentId;
+pub use status::{FailureReason, IllegalTransition, Status};
