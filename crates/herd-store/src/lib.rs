@@ -1,1 +1,48 @@
-//! placeholder
+//! herd-store: everything herd persists — the SQLite database (sessions, subagents, events),
+//! its migrations, the single batching event writer, and per-subagent transcripts.
+
+mod migrate;
+mod model;
+mod store;
+mod transcript;
+mod writer;
+
+pub use model::{NewSubagent, StoredEvent, SubagentRow, Update};
+pub use store::{OrphanCandidate, StatePaths, Store, orphaned_update};
+pub use transcript::{Meta, Transcript};
+pub use writer::{Writer, WriterHandle};
+
+/// Store failures. Messages name the file or record involved.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("database {path}: {source}")]
+    Db { path: String, source: rusqlite::Error },
+    #[error("{0}")]
+    Sqlite(#[from] rusqlite::Error),
+    #[error("{path}: {source}")]
+    Io { path: String, source: std::io::Error },
+    #[error("no subagent matches {0:?}")]
+    NotFound(String),
+    #[error("{prefix:?} is ambiguous: it matches {matches}")]
+    Ambiguous { prefix: String, matches: String },
+    #[error("subagent {id}: {source}")]
+    Transition { id: String, source: herd_core::IllegalTransition },
+    #[error(
+        "the database {path} has schema version {found}, newer than this herd understands ({known}); upgrade herd"
+    )]
+    TooNew { path: String, found: i64, known: i64 },
+    #[error("corrupt record: {0}")]
+    Corrupt(String),
+    #[error("the store writer stopped: {0}")]
+    WriterGone(String),
+}
+
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}

@@ -1,0 +1,88 @@
+//! Versioned schema migrations, tracked in SQLite's `user_version`.
+//! Append new steps to `MIGRATIONS`; never edit a released one.
+
+use rusqlite::Connection;
+
+use crate::{Result, StoreError};
+
+const MIGRATIONS: &[&str] = &[
+    // 1: sessions, subagents (seed 000 + process identity, usage, cost), events.
+    r#"
+CREATE TABLE sessions (
+    id          TEXT PRIMARY KEY,
+    kind        TEXT NOT NULL,
+    cwd         TEXT NOT NULL,
+    pid         INTEGER,
+    created_at  INTEGER NOT NULL
+);
+CREATE TABLE subagents (
+    id                          TEXT PRIMARY KEY,
+    parent_session_id           TEXT NOT NULL REFERENCES sessions(id),
+    name                        TEXT NOT NULL,
+    cli                         TEXT NOT NULL,
+    status                      TEXT NOT NULL DEFAULT 'pending'
+        CHECK (status IN ('pending','queued','running','waiting_for_merge','completed','failed','cancelled')),
+    prompt                      TEXT NOT NULL,
+    model                       TEXT,
+    working_directory           TEXT NOT NULL,
+    auto_approve_permissions    INTEGER NOT NULL DEFAULT 0,
+    max_turns                   INTEGER,
+    timeout_ms                  INTEGER,
+    spec                        TEXT NOT NULL,
+    result_summary              TEXT,
+    result_truncated            INTEGER NOT NULL DEFAULT 0,
+    failure_reason              TEXT,
+    failure                     TEXT,
+    native_session_id           TEXT,
+    num_turns                   INTEGER,
+    input_tokens                INTEGER NOT NULL DEFAULT 0,
+    output_tokens               INTEGER NOT NULL DEFAULT 0,
+    cache_creation_input_tokens INTEGER NOT NULL DEFAULT 0,
+    cache_read_input_tokens     INTEGER NOT NULL DEFAULT 0,
+    cost_usd                    REAL,
+    owner_pid                   INTEGER,
+    owner_start_time            INTEGER,
+    pid                         INTEGER,
+    pgid                        INTEGER,
+    process_start_time          INTEGER,
+    exit_code                   INTEGER,
+    exit_signal                 INTEGER,
+    cancel_requested_at         INTEGER,
+    created_at                  INTEGER NOT NULL,
+    started_at                  INTEGER,
+    completed_at                INTEGER,
+    closed_at                   INTEGER,
+    close_reason                TEXT
+);
+CREATE INDEX idx_subagents_parent ON subagents(parent_session_id);
+CREATE INDEX idx_subagents_active ON subagents(status)
+    WHERE status IN ('pending','queued','running','waiting_for_merge');
+CREATE TABLE events (
+    subagent_id         TEXT NOT NULL REFERENCES subagents(id),
+    seq                 INTEGER NOT NULL,
+    ts                  INTEGER NOT NULL,
+    kind                TEXT NOT NULL,
+    parent_tool_use_id  TEXT,
+    payload             TEXT NOT NULL,
+    PRIMARY KEY (subagent_id, seq)
+) WITHOUT ROWID;
+"#,
+];
+
+/// The schema version this build writes.
+pub(crate) const LATEST: i64 = MIGRATIONS.len() as i64;
+
+/// Bring `conn` up to the latest schema, one transaction per step.
+pub(crate) fn migrate(conn: &mut Connection, path: &str) -> Result<()> {
+    let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    if version > LATEST {
+        return Err(StoreError::TooNew { path: path.into(), found: version, known: LATEST });
+    }
+    for (i, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
+        let tx = conn.transaction()?;
+        tx.execute_batch(sql)?;
+        tx.pragma_update(None, "user_version", (i + 1) as i64)?;
+        tx.commit()?;
+    }
+    Ok(())
+}

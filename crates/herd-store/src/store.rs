@@ -1,0 +1,475 @@
+//! The SQLite store: where the state dir is, opening with WAL and migrations, and the reads
+//! and occasional writes of the CLI. Hot-path event writes go through [`crate::Writer`].
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use herd_core::{AgentEvent, Decoded, FailureReason, Status, SubagentId, Usage};
+use rusqlite::{Connection, OptionalExtension, Row, params};
+
+use crate::{NewSubagent, Result, StoreError, StoredEvent, SubagentRow, Update, migrate, now_ms};
+
+/// The files of one state dir (`.herd/` by default).
+#[derive(Debug, Clone)]
+pub struct StatePaths {
+    pub root: PathBuf,
+}
+
+impl StatePaths {
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        Self { root: root.into() }
+    }
+    pub fn db(&self) -> PathBuf {
+        self.root.join("herd.db")
+    }
+    pub fn transcripts(&self) -> PathBuf {
+        self.root.join("transcripts")
+    }
+    pub fn transcript(&self, id: &SubagentId) -> PathBuf {
+        self.transcripts().join(format!("{id}.jsonl"))
+    }
+    pub fn meta(&self, id: &SubagentId) -> PathBuf {
+        self.transcripts().join(format!("{id}.meta.json"))
+    }
+    pub fn stderr_log(&self, id: &SubagentId) -> PathBuf {
+        self.transcripts().join(format!("{id}.stderr.log"))
+    }
+}
+
+/// A running subagent whose owner may have died.
+#[derive(Debug, Clone)]
+pub struct OrphanCandidate {
+    pub id: SubagentId,
+    pub owner_pid: Option<u32>,
+    pub owner_start_time: Option<u64>,
+    pub pid: Option<u32>,
+    pub pgid: Option<u32>,
+    pub process_start_time: Option<u64>,
+}
+
+/// A connection to the store.
+#[derive(Debug)]
+pub struct Store {
+    paths: StatePaths,
+    conn: Connection,
+}
+
+pub(crate) fn open_conn(paths: &StatePaths) -> Result<Connection> {
+    let db = paths.db();
+    let shown = db.display().to_string();
+    let wrap = |source| StoreError::Db { path: shown.clone(), source };
+    let mut conn = Connection::open(&db).map_err(wrap)?;
+    conn.busy_timeout(Duration::from_secs(10)).map_err(wrap)?;
+    conn.pragma_update(None, "journal_mode", "WAL").map_err(wrap)?;
+    conn.pragma_update(None, "synchronous", "NORMAL").map_err(wrap)?;
+    migrate::migrate(&mut conn, &shown)?;
+    Ok(conn)
+}
+
+impl Store {
+    /// Open (creating if needed) the store under `paths.root`.
+    pub fn open(paths: StatePaths) -> Result<Self> {
+        for dir in [paths.root.clone(), paths.transcripts()] {
+            std::fs::create_dir_all(&dir)
+                .map_err(|source| StoreError::Io { path: dir.display().to_string(), source })?;
+        }
+        let conn = open_conn(&paths)?;
+        Ok(Self { paths, conn })
+    }
+
+    pub fn paths(&self) -> &StatePaths {
+        &self.paths
+    }
+
+    /// SQLite's library version.
+    pub fn sqlite_version() -> &'static str {
+        rusqlite::version()
+    }
+
+    /// Record the session (one CLI invocation, MCP connection, …) that parents subagents.
+    pub fn create_session(&self, id: &str, kind: &str, cwd: &Path) -> Result<()> {
+        self.conn.execute(
+            "INSERT INTO sessions (id, kind, cwd, pid, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![id, kind, cwd.display().to_string(), std::process::id(), now_ms()],
+        )?;
+        Ok(())
+    }
+
+    /// Persist a new subagent (status `pending`) and its `subagent_created` event.
+    pub fn create_subagent(&mut self, n: &NewSubagent) -> Result<()> {
+        let tx = self.conn.transaction()?;
+        let now = now_ms();
+        tx.execute(
+            "INSERT INTO subagents (id, parent_session_id, name, cli, prompt, model, working_directory,
+                max_turns, timeout_ms, spec, owner_pid, owner_start_time, created_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+            params![
+                n.id.as_str(),
+                n.parent_session_id,
+                n.name,
+                n.cli,
+                n.prompt,
+                n.model,
+                n.working_directory,
+                n.max_turns,
+                n.timeout_ms.map(|t| t as i64),
+                n.spec.to_string(),
+                n.owner_pid,
+                n.owner_start_time.map(|t| t as i64),
+                now
+            ],
+        )?;
+        let ev =
+            AgentEvent::SubagentCreated { cli: n.cli.clone(), cwd: n.working_directory.clone() };
+        insert_event(&tx, &n.id, 1, now, &Decoded::top(ev))?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// The subagent with this exact id.
+    pub fn get(&self, id: &SubagentId) -> Result<Option<SubagentRow>> {
+        Ok(self
+            .conn
+            .query_row(&format!("{SELECT_ROW} WHERE id = ?1"), [id.as_str()], row)
+            .optional()?)
+    }
+
+    /// The one subagent whose id starts with `prefix`.
+    pub fn resolve(&self, prefix: &str) -> Result<SubagentId> {
+        let p = prefix.trim().to_ascii_lowercase();
+        if !SubagentId::is_prefix_like(&p) {
+            return Err(StoreError::NotFound(prefix.into()));
+        }
+        let mut stmt = self.conn.prepare(
+            "SELECT id FROM subagents WHERE id >= ?1 AND id < ?1 || '~' ORDER BY id LIMIT 6",
+        )?;
+        let ids: Vec<String> =
+            stmt.query_map([&p], |r| r.get(0))?.collect::<rusqlite::Result<_>>()?;
+        match ids.as_slice() {
+            [] => Err(StoreError::NotFound(prefix.into())),
+            [one] => one.parse().map_err(|e| StoreError::Corrupt(format!("{e}"))),
+            many => Err(StoreError::Ambiguous { prefix: prefix.into(), matches: many.join(", ") }),
+        }
+    }
+
+    /// Subagents, newest first: only active ones unless `all`.
+    pub fn list(&self, all: bool, limit: usize) -> Result<Vec<SubagentRow>> {
+        let filter = if all {
+            ""
+        } else {
+            " WHERE status IN ('pending','queued','running','waiting_for_merge')"
+        };
+        let mut stmt =
+            self.conn.prepare(&format!("{SELECT_ROW}{filter} ORDER BY id DESC LIMIT ?1"))?;
+        let rows = stmt.query_map([limit as i64], row)?.collect::<rusqlite::Result<_>>()?;
+        Ok(rows)
+    }
+
+    /// Events of a subagent with `seq > after`, in order.
+    pub fn events_after(
+        &self,
+        id: &SubagentId,
+        after: i64,
+        limit: usize,
+    ) -> Result<Vec<StoredEvent>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT seq, ts, parent_tool_use_id, payload FROM events
+             WHERE subagent_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
+        )?;
+        let mut out = Vec::new();
+        let mut rows = stmt.query(params![id.as_str(), after, limit as i64])?;
+        while let Some(r) = rows.next()? {
+            let payload: String = r.get(3)?;
+            let event =
+                serde_json::from_str(&payload).unwrap_or(AgentEvent::Unknown { raw: payload });
+            out.push(StoredEvent {
+                subagent_id: id.clone(),
+                seq: r.get(0)?,
+                ts: r.get(1)?,
+                parent_tool_use_id: r.get(2)?,
+                event,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Ask the owner of a run to stop it; returns false if it had already ended.
+    pub fn request_cancel(&self, id: &SubagentId) -> Result<bool> {
+        let n = self.conn.execute(
+            "UPDATE subagents SET cancel_requested_at = COALESCE(cancel_requested_at, ?2)
+             WHERE id = ?1 AND status IN ('pending','queued','running','waiting_for_merge')",
+            params![id.as_str(), now_ms()],
+        )?;
+        Ok(n > 0)
+    }
+
+    /// Whether a cancel was requested for this run.
+    pub fn cancel_requested(&self, id: &SubagentId) -> Result<bool> {
+        let v: Option<i64> = self.conn.query_row(
+            "SELECT cancel_requested_at FROM subagents WHERE id = ?1",
+            [id.as_str()],
+            |r| r.get(0),
+        )?;
+        Ok(v.is_some())
+    }
+
+    /// Active runs with their owner's and process's identity, for the orphan check.
+    pub fn active_runs(&self) -> Result<Vec<OrphanCandidate>> {
+        let mut stmt = self.conn.prepare(
+            "SELECT id, owner_pid, owner_start_time, pid, pgid, process_start_time FROM subagents
+             WHERE status IN ('pending','queued','running','waiting_for_merge')",
+        )?;
+        let rows = stmt
+            .query_map([], |r| {
+                let id: String = r.get(0)?;
+                Ok((
+                    id,
+                    r.get(1)?,
+                    r.get::<_, Option<i64>>(2)?,
+                    r.get(3)?,
+                    r.get(4)?,
+                    r.get::<_, Option<i64>>(5)?,
+                ))
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        rows.into_iter()
+            .map(|(id, owner_pid, ost, pid, pgid, pst)| {
+                Ok(OrphanCandidate {
+                    id: id.parse().map_err(|e| StoreError::Corrupt(format!("{e}")))?,
+                    owner_pid,
+                    owner_start_time: ost.map(|v| v as u64),
+                    pid,
+                    pgid,
+                    process_start_time: pst.map(|v| v as u64),
+                })
+            })
+            .collect()
+    }
+
+    /// Apply an update outside the writer (the CLI marking an orphan, say).
+    pub fn update(&mut self, id: &SubagentId, u: &Update) -> Result<Vec<StoredEvent>> {
+        let tx = self.conn.transaction()?;
+        let mut seqs = HashMap::new();
+        let evs = apply_update(&tx, &mut seqs, id, u, now_ms())?;
+        tx.commit()?;
+        Ok(evs)
+    }
+}
+
+const SELECT_ROW: &str =
+    "SELECT id, parent_session_id, name, cli, status, prompt, model, working_directory,
+    max_turns, timeout_ms, spec, result_summary, result_truncated, failure_reason, failure,
+    native_session_id, num_turns, input_tokens, output_tokens, cache_creation_input_tokens,
+    cache_read_input_tokens, cost_usd, owner_pid, owner_start_time, pid, pgid, process_start_time,
+    exit_code, exit_signal, cancel_requested_at, created_at, started_at, completed_at, closed_at,
+    close_reason FROM subagents";
+
+fn row(r: &Row<'_>) -> rusqlite::Result<SubagentRow> {
+    let status: String = r.get(4)?;
+    let spec: String = r.get(10)?;
+    let failure: Option<String> = r.get(14)?;
+    let u64_opt = |i: usize| -> rusqlite::Result<Option<u64>> {
+        Ok(r.get::<_, Option<i64>>(i)?.map(|v| v as u64))
+    };
+    Ok(SubagentRow {
+        id: r.get(0)?,
+        parent_session_id: r.get(1)?,
+        name: r.get(2)?,
+        cli: r.get(3)?,
+        status: status.parse().unwrap_or(Status::Failed),
+        prompt: r.get(5)?,
+        model: r.get(6)?,
+        working_directory: r.get(7)?,
+        max_turns: r.get(8)?,
+        timeout_ms: u64_opt(9)?,
+        spec: serde_json::from_str(&spec).unwrap_or(serde_json::Value::Null),
+        result: r.get(11)?,
+        result_truncated: r.get(12)?,
+        failure_reason: r.get(13)?,
+        failure: failure.and_then(|f| serde_json::from_str(&f).ok()),
+        native_session_id: r.get(15)?,
+        num_turns: r.get(16)?,
+        usage: Usage {
+            input_tokens: r.get::<_, i64>(17)? as u64,
+            output_tokens: r.get::<_, i64>(18)? as u64,
+            cache_creation_input_tokens: r.get::<_, i64>(19)? as u64,
+            cache_read_input_tokens: r.get::<_, i64>(20)? as u64,
+        },
+        cost_usd: r.get(21)?,
+        owner_pid: r.get(22)?,
+        owner_start_time: u64_opt(23)?,
+        pid: r.get(24)?,
+        pgid: r.get(25)?,
+        process_start_time: u64_opt(26)?,
+        exit_code: r.get(27)?,
+        exit_signal: r.get(28)?,
+        cancel_requested_at: r.get(29)?,
+        created_at: r.get(30)?,
+        started_at: r.get(31)?,
+        completed_at: r.get(32)?,
+        closed_at: r.get(33)?,
+        close_reason: r.get(34)?,
+    })
+}
+
+/// Insert one event row.
+pub(crate) fn insert_event(
+    conn: &Connection,
+    id: &SubagentId,
+    seq: i64,
+    ts: i64,
+    d: &Decoded,
+) -> Result<()> {
+    let payload =
+        serde_json::to_string(&d.event).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    conn.prepare_cached(
+        "INSERT INTO events (subagent_id, seq, ts, kind, parent_tool_use_id, payload)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    )?
+    .execute(params![id.as_str(), seq, ts, d.event.kind(), d.parent_tool_use_id, payload])?;
+    Ok(())
+}
+
+/// The next sequence number for `id`, cached per connection.
+pub(crate) fn next_seq(
+    conn: &Connection,
+    seqs: &mut HashMap<SubagentId, i64>,
+    id: &SubagentId,
+) -> Result<i64> {
+    if let Some(s) = seqs.get_mut(id) {
+        *s += 1;
+        return Ok(*s);
+    }
+    let max: i64 = conn.query_row(
+        "SELECT COALESCE(MAX(seq), 0) FROM events WHERE subagent_id = ?1",
+        [id.as_str()],
+        |r| r.get(0),
+    )?;
+    seqs.insert(id.clone(), max + 1);
+    Ok(max + 1)
+}
+
+/// Apply `u` to `id` inside the caller's transaction, checking the status transition first.
+pub(crate) fn apply_update(
+    conn: &Connection,
+    seqs: &mut HashMap<SubagentId, i64>,
+    id: &SubagentId,
+    u: &Update,
+    ts: i64,
+) -> Result<Vec<StoredEvent>> {
+    let current: String = conn
+        .query_row("SELECT status FROM subagents WHERE id = ?1", [id.as_str()], |r| r.get(0))
+        .optional()?
+        .ok_or_else(|| StoreError::NotFound(id.to_string()))?;
+    if let Some(to) = u.status {
+        let from: Status = current.parse().map_err(|e| StoreError::Corrupt(format!("{e}")))?;
+        from.check_transition(to)
+            .map_err(|source| StoreError::Transition { id: id.to_string(), source })?;
+    }
+    let mut sets: Vec<&str> = Vec::new();
+    let mut vals: Vec<rusqlite::types::Value> = Vec::new();
+    let mut set = |col: &'static str, v: rusqlite::types::Value| {
+        sets.push(col);
+        vals.push(v);
+    };
+    use rusqlite::types::Value as V;
+    let int = |v: i64| V::Integer(v);
+    if let Some(s) = u.status {
+        set("status", V::Text(s.as_str().into()));
+    }
+    if let Some(f) = &u.failure {
+        set("failure_reason", V::Text(f.to_string()));
+        set("failure", V::Text(serde_json::to_string(f).unwrap_or_default()));
+    }
+    if let Some(v) = u.pid {
+        set("pid", int(v.into()));
+    }
+    if let Some(v) = u.pgid {
+        set("pgid", int(v.into()));
+    }
+    if let Some(v) = u.process_start_time {
+        set("process_start_time", int(v as i64));
+    }
+    if let Some(v) = u.started_at {
+        set("started_at", int(v));
+    }
+    if let Some(v) = u.completed_at {
+        set("completed_at", int(v));
+    }
+    if let Some(v) = u.closed_at {
+        set("closed_at", int(v));
+    }
+    if let Some(v) = &u.close_reason {
+        set("close_reason", V::Text(v.clone()));
+    }
+    if let Some(v) = u.exit_code {
+        set("exit_code", int(v.into()));
+    }
+    if let Some(v) = u.exit_signal {
+        set("exit_signal", int(v.into()));
+    }
+    if let Some(v) = &u.native_session_id {
+        set("native_session_id", V::Text(v.clone()));
+    }
+    if let Some(v) = &u.result {
+        set("result_summary", V::Text(v.clone()));
+    }
+    if let Some(v) = u.result_truncated {
+        set("result_truncated", int(v.into()));
+    }
+    if let Some(v) = u.num_turns {
+        set("num_turns", int(v.into()));
+    }
+    if let Some(us) = &u.usage {
+        set("input_tokens", int(us.input_tokens as i64));
+        set("output_tokens", int(us.output_tokens as i64));
+        set("cache_creation_input_tokens", int(us.cache_creation_input_tokens as i64));
+        set("cache_read_input_tokens", int(us.cache_read_input_tokens as i64));
+    }
+    if let Some(v) = u.cost_usd {
+        set("cost_usd", V::Real(v));
+    }
+    if !sets.is_empty() {
+        let assignments: Vec<String> =
+            sets.iter().enumerate().map(|(i, c)| format!("{c} = ?{}", i + 2)).collect();
+        let sql = format!("UPDATE subagents SET {} WHERE id = ?1", assignments.join(", "));
+        let mut all = vec![V::Text(id.to_string())];
+        all.extend(vals);
+        conn.execute(&sql, rusqlite::params_from_iter(all))?;
+    }
+    let mut stored = Vec::with_capacity(u.events.len());
+    for ev in &u.events {
+        let seq = next_seq(conn, seqs, id)?;
+        let d = Decoded::top(ev.clone());
+        insert_event(conn, id, seq, ts, &d)?;
+        stored.push(StoredEvent {
+            subagent_id: id.clone(),
+            seq,
+            ts,
+            parent_tool_use_id: None,
+            event: d.event,
+        });
+    }
+    Ok(stored)
+}
+
+/// The failure used when an owner died with its run active.
+pub fn orphaned_update() -> Update {
+    let now = now_ms();
+    Update {
+        status: Some(Status::Failed),
+        failure: Some(FailureReason::Orphaned),
+        completed_at: Some(now),
+        closed_at: Some(now),
+        close_reason: Some("orphaned".into()),
+        events: vec![
+            AgentEvent::SubagentFailed { reason: FailureReason::Orphaned.to_string() },
+            AgentEvent::SubagentClosed {
+                final_status: "failed".into(),
+                close_reason: "orphaned".into(),
+            },
+        ],
+        ..Update::default()
+    }
+}

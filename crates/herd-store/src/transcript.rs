@@ -1,0 +1,87 @@
+//! Per-subagent transcripts: the raw stdout stream appended verbatim to `<id>.jsonl`, stderr to
+//! `<id>.stderr.log`, and a `<id>.meta.json` summary replaced atomically when the run ends.
+
+use std::fs::{File, OpenOptions};
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use herd_core::SubagentId;
+use serde::{Deserialize, Serialize};
+
+use crate::{Result, StatePaths, StoreError};
+
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
+    move |source| StoreError::Io { path: path.display().to_string(), source }
+}
+
+/// An open transcript (append-only).
+#[derive(Debug)]
+pub struct Transcript {
+    path: PathBuf,
+    out: BufWriter<File>,
+    bytes: u64,
+}
+
+impl Transcript {
+    /// Open (append) the transcript of `id`.
+    pub fn open(paths: &StatePaths, id: &SubagentId) -> Result<Self> {
+        let path = paths.transcript(id);
+        let f = OpenOptions::new().create(true).append(true).open(&path).map_err(io_err(&path))?;
+        Ok(Self { path, out: BufWriter::with_capacity(64 * 1024, f), bytes: 0 })
+    }
+
+    /// Append raw bytes (part of a line, or lines with their newlines).
+    pub fn write(&mut self, bytes: &[u8]) -> Result<()> {
+        self.bytes += bytes.len() as u64;
+        self.out.write_all(bytes).map_err(io_err(&self.path))
+    }
+
+    /// Push buffered bytes to the file, so a watcher sees them.
+    pub fn flush(&mut self) -> Result<()> {
+        self.out.flush().map_err(io_err(&self.path))
+    }
+
+    /// Flush and fsync.
+    pub fn sync(&mut self) -> Result<()> {
+        self.flush()?;
+        self.out.get_ref().sync_data().map_err(io_err(&self.path))
+    }
+
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// The summary written next to a transcript at the end of a run.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Meta {
+    pub id: String,
+    pub cli: String,
+    pub argv: Vec<String>,
+    pub started_at: Option<i64>,
+    pub ended_at: i64,
+    pub status: String,
+    pub exit_reason: Option<String>,
+    pub exit_code: Option<i32>,
+    pub exit_signal: Option<i32>,
+    pub turns: Option<u32>,
+    pub transcript_bytes: u64,
+    pub lines_over_limit: u64,
+}
+
+impl Meta {
+    /// Write `<id>.meta.json` atomically (temp file, fsync, rename).
+    pub fn write(&self, paths: &StatePaths, id: &SubagentId) -> Result<()> {
+        let path = paths.meta(id);
+        let tmp = path.with_extension("json.partial");
+        let body =
+            serde_json::to_vec_pretty(self).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        let mut f = File::create(&tmp).map_err(io_err(&tmp))?;
+        f.write_all(&body).and_then(|()| f.sync_all()).map_err(io_err(&tmp))?;
+        std::fs::rename(&tmp, &path).map_err(io_err(&path))
+    }
+}

@@ -1,0 +1,213 @@
+//! The single event writer: one thread, one connection, group commit. Events are published to
+//! subscribers only after the transaction holding them has committed (persist, then show).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use herd_core::{Decoded, SubagentId};
+use tokio::sync::{broadcast, mpsc, oneshot};
+
+use crate::store::{apply_update, insert_event, next_seq, open_conn};
+use crate::{Result, StatePaths, StoreError, StoredEvent, Update, now_ms};
+
+const MAX_BATCH: usize = 4096;
+
+enum Cmd {
+    Append { id: SubagentId, ts: i64, events: Vec<Decoded> },
+    Update { id: SubagentId, update: Box<Update>, ack: oneshot::Sender<Result<Vec<StoredEvent>>> },
+    Flush(oneshot::Sender<Result<()>>),
+    Stop,
+}
+
+/// Owns the writer thread; dropping every handle and this stops it.
+#[derive(Debug)]
+pub struct Writer {
+    handle: WriterHandle,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// A cheap, cloneable way to send work to the writer.
+#[derive(Debug, Clone)]
+pub struct WriterHandle {
+    tx: mpsc::Sender<Cmd>,
+    events: broadcast::Sender<Arc<StoredEvent>>,
+}
+
+impl std::fmt::Debug for Cmd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Cmd")
+    }
+}
+
+impl Writer {
+    /// Start the writer on its own connection to the store under `paths`.
+    pub fn start(paths: &StatePaths) -> Result<Self> {
+        let conn = open_conn(paths)?;
+        let (tx, rx) = mpsc::channel(8192);
+        let (events, _) = broadcast::channel(4096);
+        let publisher = events.clone();
+        let thread = std::thread::Builder::new()
+            .name("herd-store-writer".into())
+            .spawn(move || run(conn, rx, publisher))
+            .map_err(|source| StoreError::Io { path: "writer thread".into(), source })?;
+        Ok(Self { handle: WriterHandle { tx, events }, thread: Some(thread) })
+    }
+
+    pub fn handle(&self) -> WriterHandle {
+        self.handle.clone()
+    }
+
+    /// Flush everything and stop the thread (other handles then get `WriterGone`).
+    pub async fn shutdown(mut self) -> Result<()> {
+        let res = self.handle.flush().await;
+        let _ = self.handle.tx.send(Cmd::Stop).await;
+        if let Some(t) = self.thread.take() {
+            let _ = tokio::task::spawn_blocking(move || t.join()).await;
+        }
+        res
+    }
+}
+
+impl WriterHandle {
+    /// Queue events for a subagent; they are stored in order, then published.
+    pub async fn append(&self, id: &SubagentId, events: Vec<Decoded>) -> Result<()> {
+        if events.is_empty() {
+            return Ok(());
+        }
+        self.tx
+            .send(Cmd::Append { id: id.clone(), ts: now_ms(), events })
+            .await
+            .map_err(|_| StoreError::WriterGone("append".into()))
+    }
+
+    /// Like [`append`](Self::append), from a thread that is not running async code.
+    pub fn append_blocking(&self, id: &SubagentId, events: Vec<Decoded>) -> Result<()> {
+        self.tx
+            .blocking_send(Cmd::Append { id: id.clone(), ts: now_ms(), events })
+            .map_err(|_| StoreError::WriterGone("append".into()))
+    }
+
+    /// Apply an update (checked status transition, fields, events) after all queued events.
+    pub async fn update(&self, id: &SubagentId, update: Update) -> Result<Vec<StoredEvent>> {
+        let (ack, rx) = oneshot::channel();
+        self.tx
+            .send(Cmd::Update { id: id.clone(), update: Box::new(update), ack })
+            .await
+            .map_err(|_| StoreError::WriterGone("update".into()))?;
+        rx.await.map_err(|_| StoreError::WriterGone("update".into()))?
+    }
+
+    /// Wait until everything queued so far is committed; reports a failed append since the last flush.
+    pub async fn flush(&self) -> Result<()> {
+        let (ack, rx) = oneshot::channel();
+        self.tx.send(Cmd::Flush(ack)).await.map_err(|_| StoreError::WriterGone("flush".into()))?;
+        rx.await.map_err(|_| StoreError::WriterGone("flush".into()))?
+    }
+
+    /// Blocking flush, for benchmarks and threads outside the runtime.
+    pub fn flush_blocking(&self) -> Result<()> {
+        let (ack, rx) = oneshot::channel();
+        self.tx
+            .blocking_send(Cmd::Flush(ack))
+            .map_err(|_| StoreError::WriterGone("flush".into()))?;
+        rx.blocking_recv().map_err(|_| StoreError::WriterGone("flush".into()))?
+    }
+
+    /// Events as they are committed.
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<StoredEvent>> {
+        self.events.subscribe()
+    }
+}
+
+fn run(
+    mut conn: rusqlite::Connection,
+    mut rx: mpsc::Receiver<Cmd>,
+    publisher: broadcast::Sender<Arc<StoredEvent>>,
+) {
+    let mut seqs: HashMap<SubagentId, i64> = HashMap::new();
+    let mut pending_error: Option<String> = None;
+    let mut batch = Vec::with_capacity(64);
+    let mut stop = false;
+    while let Some(first) = rx.blocking_recv() {
+        batch.push(first);
+        while batch.len() < MAX_BATCH {
+            match rx.try_recv() {
+                Ok(c) => batch.push(c),
+                Err(_) => break,
+            }
+        }
+        let mut published: Vec<StoredEvent> = Vec::new();
+        let mut replies: Vec<Box<dyn FnOnce(Option<&str>)>> = Vec::new();
+        let outcome = (|| -> Result<()> {
+            let tx = conn.transaction()?;
+            for cmd in batch.drain(..) {
+                match cmd {
+                    Cmd::Append { id, ts, events } => {
+                        for d in events {
+                            let seq = next_seq(&tx, &mut seqs, &id)?;
+                            insert_event(&tx, &id, seq, ts, &d)?;
+                            published.push(StoredEvent {
+                                subagent_id: id.clone(),
+                                seq,
+                                ts,
+                                parent_tool_use_id: d.parent_tool_use_id,
+                                event: d.event,
+                            });
+                        }
+                    }
+                    Cmd::Update { id, update, ack } => {
+                        tx.execute_batch("SAVEPOINT upd")?;
+                        match apply_update(&tx, &mut seqs, &id, &update, now_ms()) {
+                            Ok(evs) => {
+                                tx.execute_batch("RELEASE upd")?;
+                                published.extend(evs.iter().cloned());
+                                replies.push(Box::new(move |err| {
+                                    let _ = ack.send(match err {
+                                        None => Ok(evs),
+                                        Some(e) => Err(StoreError::WriterGone(e.into())),
+                                    });
+                                }));
+                            }
+                            Err(e) => {
+                                tx.execute_batch("ROLLBACK TO upd; RELEASE upd")?;
+                                // The sequence cache may have advanced; re-read it next time.
+                                seqs.remove(&id);
+                                let _ = ack.send(Err(e));
+                            }
+                        }
+                    }
+                    Cmd::Stop => stop = true,
+                    Cmd::Flush(ack) => {
+                        let pending = pending_error.take();
+                        replies.push(Box::new(move |err| {
+                            let msg = err.map(str::to_owned).or(pending);
+                            let _ = ack.send(match msg {
+                                None => Ok(()),
+                                Some(e) => Err(StoreError::WriterGone(e)),
+                            });
+                        }));
+                    }
+                }
+            }
+            tx.commit()?;
+            Ok(())
+        })();
+        let err = outcome.err().map(|e| e.to_string());
+        if err.is_some() {
+            // Nothing of this batch is stored: sequence numbers must be re-read.
+            seqs.clear();
+            published.clear();
+            pending_error = err.clone();
+        }
+        for ev in published {
+            let _ = publisher.send(Arc::new(ev));
+        }
+        for reply in replies {
+            reply(err.as_deref());
+        }
+        if stop {
+            break;
+        }
+    }
+}

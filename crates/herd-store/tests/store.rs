@@ -1,0 +1,105 @@
+//! Store integration tests: lifecycle rows, ordered events, checked transitions, prefixes.
+
+use herd_core::{AgentEvent, Decoded, FailureReason, Status, SubagentId};
+use herd_store::{NewSubagent, StatePaths, Store, StoreError, Update, Writer, orphaned_update};
+
+fn new_sub(id: &SubagentId) -> NewSubagent {
+    NewSubagent {
+        id: id.clone(),
+        parent_session_id: "s1".into(),
+        name: "t".into(),
+        cli: "command".into(),
+        prompt: "hello".into(),
+        model: None,
+        working_directory: "/tmp".into(),
+        max_turns: None,
+        timeout_ms: Some(1000),
+        spec: serde_json::json!({"prompt": "hello"}),
+        owner_pid: std::process::id(),
+        owner_start_time: Some(42),
+    }
+}
+
+fn text(t: &str) -> Decoded {
+    Decoded {
+        parent_tool_use_id: Some("toolu_1".into()),
+        event: AgentEvent::Text { text: t.into() },
+    }
+}
+
+#[tokio::test]
+async fn events_are_ordered_persisted_then_published_and_transitions_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = StatePaths::new(dir.path().join(".herd"));
+    let mut store = Store::open(paths.clone()).unwrap();
+    store.create_session("s1", "cli", dir.path()).unwrap();
+    let id = SubagentId::generate();
+    store.create_subagent(&new_sub(&id)).unwrap();
+
+    let writer = Writer::start(&paths).unwrap();
+    let w = writer.handle();
+    let mut sub = w.subscribe();
+    w.update(&id, Update { status: Some(Status::Running), pid: Some(7), ..Update::default() })
+        .await
+        .unwrap();
+    for i in 0..100 {
+        w.append(&id, vec![text(&format!("line {i}"))]).await.unwrap();
+    }
+    w.flush().await.unwrap();
+    // Published only after commit: whatever we receive is already readable.
+    let first = sub.recv().await.unwrap();
+    assert!(store.events_after(&id, first.seq - 1, 1).unwrap().len() == 1);
+
+    let illegal = w.update(&id, Update { status: Some(Status::Queued), ..Update::default() }).await;
+    assert!(matches!(illegal, Err(StoreError::Transition { .. })), "{illegal:?}");
+
+    let evs = w
+        .update(
+            &id,
+            Update {
+                status: Some(Status::Failed),
+                failure: Some(FailureReason::Timeout),
+                events: vec![AgentEvent::SubagentFailed { reason: "timeout".into() }],
+                ..Update::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(evs[0].seq, 102, "created(1) + 100 texts, then the failure");
+    writer.shutdown().await.unwrap();
+
+    let events = store.events_after(&id, 0, 1000).unwrap();
+    assert_eq!(events.len(), 102);
+    assert!(events.windows(2).all(|w| w[1].seq == w[0].seq + 1));
+    assert_eq!(events[0].event.kind(), "subagent_created");
+    assert_eq!(events[1].parent_tool_use_id.as_deref(), Some("toolu_1"));
+    let row = store.get(&id).unwrap().unwrap();
+    assert_eq!(row.status, Status::Failed);
+    assert_eq!(row.failure_reason.as_deref(), Some("timeout"));
+    assert_eq!(row.pid, Some(7));
+
+    // Terminal is terminal, even for the orphan sweep.
+    assert!(store.update(&id, &orphaned_update()).is_err());
+}
+
+#[test]
+fn prefixes_resolve_uniquely() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = Store::open(StatePaths::new(dir.path())).unwrap();
+    store.create_session("s1", "cli", dir.path()).unwrap();
+    let a = SubagentId::generate();
+    store.create_subagent(&new_sub(&a)).unwrap();
+    assert_eq!(store.resolve(&a.as_str()[..20]).unwrap(), a);
+    assert_eq!(store.resolve(&a.as_str().to_uppercase()).unwrap(), a);
+    assert!(matches!(store.resolve("zz"), Err(StoreError::NotFound(_))));
+    assert!(matches!(store.resolve("../x"), Err(StoreError::NotFound(_))));
+    let b = SubagentId::generate();
+    store.create_subagent(&new_sub(&b)).unwrap();
+    assert!(matches!(store.resolve(&a.as_str()[..2]), Err(StoreError::Ambiguous { .. })));
+    assert_eq!(store.list(false, 10).unwrap().len(), 2);
+    assert!(store.request_cancel(&a).unwrap());
+    assert!(store.cancel_requested(&a).unwrap());
+    store.update(&a, &orphaned_update()).unwrap();
+    assert_eq!(store.get(&a).unwrap().unwrap().failure_reason.as_deref(), Some("orphaned"));
+    assert_eq!(store.list(false, 10).unwrap().len(), 1);
+}
