@@ -1,1 +1,127 @@
-//! placeholder
+//! herd-engine: the runtime. Opens the store, sweeps runs whose owner died, and runs subagents
+//! under guards with timeouts, cancellation and the stop ladder (see `run`).
+
+pub mod guard;
+mod lines;
+pub mod procfs;
+mod run;
+mod supervisor;
+
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use herd_core::SubagentId;
+use herd_store::{StatePaths, Store, StoreError, Writer, WriterHandle, orphaned_update};
+use nix::sys::signal::Signal;
+
+pub use run::{Progress, StopLevel, TaskReport, TaskRequest};
+pub use supervisor::{Child, GuardCommand, SpawnError, child_env};
+
+/// Engine failures (the run itself failing is a [`TaskReport`], not an error).
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Tunables, with the defaults of DESIGN §4.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// The longest stdout line decoded; longer ones are skipped with an event.
+    pub max_line_bytes: usize,
+    /// How long a graceful stop (interrupt / SIGINT) may take before SIGTERM.
+    pub graceful_stop: std::time::Duration,
+    /// How long after SIGTERM before SIGKILL.
+    pub term_grace: std::time::Duration,
+    /// How often a running task checks the store for `herd cancel`.
+    pub cancel_poll: std::time::Duration,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        Self {
+            max_line_bytes: 8 << 20,
+            graceful_stop: std::time::Duration::from_millis(1500),
+            term_grace: std::time::Duration::from_secs(5),
+            cancel_poll: std::time::Duration::from_millis(250),
+        }
+    }
+}
+
+/// An open engine: the store, its writer, and how to start guards.
+#[derive(Debug)]
+pub struct Engine {
+    paths: StatePaths,
+    store: Arc<Mutex<Store>>,
+    writer: Writer,
+    guard: GuardCommand,
+    session_id: String,
+    config: EngineConfig,
+}
+
+impl Engine {
+    /// Open the store under `paths`, sweep orphans, and record a session of `kind`.
+    pub fn open(paths: StatePaths, guard: GuardCommand, kind: &str) -> Result<Self, EngineError> {
+        let mut store = Store::open(paths.clone())?;
+        sweep_orphans(&mut store)?;
+        let session_id = format!("ses_{}", SubagentId::generate());
+        let cwd = std::env::current_dir().unwrap_or_default();
+        store.create_session(&session_id, kind, &cwd)?;
+        let writer = Writer::start(&paths)?;
+        Ok(Self {
+            paths,
+            store: Arc::new(Mutex::new(store)),
+            writer,
+            guard,
+            session_id,
+            config: EngineConfig::default(),
+        })
+    }
+
+    pub fn with_config(mut self, config: EngineConfig) -> Self {
+        self.config = config;
+        self
+    }
+
+    pub fn paths(&self) -> &StatePaths {
+        &self.paths
+    }
+
+    pub fn writer(&self) -> WriterHandle {
+        self.writer.handle()
+    }
+
+    /// The store, for short synchronous reads and writes.
+    pub fn store(&self) -> MutexGuard<'_, Store> {
+        self.store.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Flush and stop the writer.
+    pub async fn shutdown(self) -> Result<(), EngineError> {
+        Ok(self.writer.shutdown().await?)
+    }
+}
+
+/// Mark active runs whose owning herd process is gone as `failed(orphaned)`, and make sure
+/// their agent's process group is gone too. Returns the ids marked.
+pub fn sweep_orphans(store: &mut Store) -> Result<Vec<SubagentId>, StoreError> {
+    let mut marked = Vec::new();
+    for run in store.active_runs()? {
+        let owner_alive =
+            run.owner_pid.is_some_and(|pid| procfs::is_same_process(pid, run.owner_start_time));
+        if owner_alive {
+            continue;
+        }
+        if let (Some(pid), Some(pgid)) = (run.pid, run.pgid)
+            && procfs::is_same_process(pid, run.process_start_time)
+        {
+            procfs::signal_group(pgid, Signal::SIGKILL);
+        }
+        match store.update(&run.id, &orphaned_update()) {
+            Ok(_) => marked.push(run.id),
+            // Finished between our read and our write: nothing to mark.
+            Err(StoreError::Transition { .. }) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(marked)
+}

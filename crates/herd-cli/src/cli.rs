@@ -1,0 +1,209 @@
+//! The command-line surface: every command, flag and help text of `herd`.
+//! Parsing only; the commands themselves live in `cmd/`.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+use herd_backends::BackendKind;
+
+const AFTER_HELP: &str = "\
+Exit codes: 0 completed, 1 failed, 2 usage or input error, 3 timeout, 130 cancelled.
+State lives in .herd/ at the project root (the nearest directory with .herd or .git);
+move it with --state-dir or HERD_STATE_DIR.";
+
+/// herd runs AI coding agent CLIs (Claude Code, any program) as supervised subagents:
+/// streamed, limited, recorded, and stopped cleanly whatever happens.
+#[derive(Debug, Parser)]
+#[command(name = "herd", version, after_help = AFTER_HELP, propagate_version = true)]
+pub struct Cli {
+    /// Where herd keeps its database and transcripts [default: <project>/.herd]
+    #[arg(long, global = true, env = "HERD_STATE_DIR", value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run one subagent on a prompt and wait for it
+    #[command(after_help = TASK_HELP)]
+    Task(TaskArgs),
+    /// List subagents (running ones; --all for every one)
+    Ps(PsArgs),
+    /// Show one subagent: status, reason, usage, result
+    Show(ShowArgs),
+    /// Print a subagent's events (or its raw stream with --raw)
+    Logs(LogsArgs),
+    /// Stop a running subagent (works from any terminal)
+    Cancel(CancelArgs),
+    /// Check which agent CLIs are installed, their versions, and the state dir
+    Doctor(DoctorArgs),
+}
+
+const TASK_HELP: &str = "\
+Examples:
+  herd task \"fix the failing test in src/lib.rs\" --cli claude --allow 'Bash(cargo test *)' --allow Edit
+  herd task \"summarise\" --cli command -- ./my-agent.sh --fast
+  herd task \"…\" --json | jq .result
+
+Tools and rules use Claude Code's vocabulary: --tools is what the agent has at all,
+--allow RULE runs matching calls without asking, --deny RULE refuses them.
+A RULE is `Tool` or `Tool(pattern)`, e.g. `Bash(cargo test *)`.";
+
+#[derive(Debug, Args)]
+pub struct TaskArgs {
+    /// The task for the agent
+    pub prompt: String,
+
+    /// Which agent CLI runs the task
+    #[arg(long, default_value = "claude", value_parser = parse_cli)]
+    pub cli: BackendKind,
+
+    /// Model name or alias passed to the CLI (e.g. sonnet)
+    #[arg(long)]
+    pub model: Option<String>,
+
+    /// The tools the agent has at all, comma-separated (others are removed); "" for none
+    #[arg(long, value_delimiter = ',', num_args = 0..)]
+    pub tools: Option<Vec<String>>,
+
+    /// A rule for calls that run without asking, e.g. `Bash(cargo test *)` (repeatable)
+    #[arg(long = "allow", value_name = "RULE")]
+    pub allow: Vec<String>,
+
+    /// A rule for calls that are refused, e.g. `Bash(rm *)` (repeatable)
+    #[arg(long = "deny", value_name = "RULE")]
+    pub deny: Vec<String>,
+
+    /// Stop after this many model turns
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub max_turns: Option<u32>,
+
+    /// Give up after this long, e.g. 90s, 10m (1s to 120m)
+    #[arg(long, default_value = "30m", value_parser = parse_timeout)]
+    pub timeout: std::time::Duration,
+
+    /// Working directory of the agent [default: the current directory]
+    #[arg(long, value_name = "DIR")]
+    pub cwd: Option<PathBuf>,
+
+    /// Extra environment variable for the agent, K=V (repeatable)
+    #[arg(long = "env", value_name = "K=V", value_parser = parse_env)]
+    pub env: Vec<(String, String)>,
+
+    /// Cut the printed/stored result to this many KiB (the transcript keeps everything)
+    #[arg(long, value_name = "N")]
+    pub max_output_kb: Option<u64>,
+
+    /// Print one JSON object instead of the result text
+    #[arg(long)]
+    pub json: bool,
+
+    /// For --cli command: the program and its arguments
+    #[arg(last = true, value_name = "PROGRAM ARGS")]
+    pub command: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct PsArgs {
+    /// Include finished subagents
+    #[arg(long, short)]
+    pub all: bool,
+    /// At most this many rows
+    #[arg(long, default_value_t = 50)]
+    pub limit: usize,
+    /// Print JSON (an array of objects)
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ShowArgs {
+    /// Subagent id (a unique prefix is enough)
+    pub id: String,
+    /// Print JSON
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct LogsArgs {
+    /// Subagent id (a unique prefix is enough)
+    pub id: String,
+    /// Keep printing new output until the subagent ends
+    #[arg(long, short)]
+    pub follow: bool,
+    /// Print the agent's raw stdout stream instead of herd's events
+    #[arg(long)]
+    pub raw: bool,
+    /// Print events as JSON lines
+    #[arg(long, conflicts_with = "raw")]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct CancelArgs {
+    /// Subagent id (a unique prefix is enough)
+    pub id: String,
+    /// Kill at once (SIGKILL) instead of stopping gracefully
+    #[arg(long)]
+    pub force: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
+    /// Print JSON
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn parse_cli(s: &str) -> Result<BackendKind, String> {
+    s.parse()
+}
+
+fn parse_timeout(s: &str) -> Result<std::time::Duration, String> {
+    let d = match s.parse::<u64>() {
+        Ok(secs) => std::time::Duration::from_secs(secs),
+        Err(_) => humantime::parse_duration(s).map_err(|e| format!("{e} (try 90s, 10m, 1h)"))?,
+    };
+    if d < std::time::Duration::from_secs(1) || d > std::time::Duration::from_secs(120 * 60) {
+        return Err(format!("{s} is out of range: a timeout is between 1s and 120m"));
+    }
+    Ok(d)
+}
+
+fn parse_env(s: &str) -> Result<(String, String), String> {
+    let (k, v) = s.split_once('=').ok_or_else(|| format!("{s:?} is not K=V"))?;
+    let valid = !k.is_empty()
+        && !k.starts_with(|c: char| c.is_ascii_digit())
+        && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if !valid {
+        return Err(format!("{k:?} is not a valid environment variable name"));
+    }
+    Ok((k.to_owned(), v.to_owned()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn flag_values_are_validated() {
+        assert_eq!(parse_timeout("2s").unwrap(), std::time::Duration::from_secs(2));
+        assert_eq!(parse_timeout("90").unwrap(), std::time::Duration::from_secs(90));
+        assert!(parse_timeout("0s").unwrap_err().contains("out of range"));
+        assert!(parse_timeout("3h").is_err());
+        assert!(parse_timeout("soon").is_err());
+        assert_eq!(parse_env("A_B=x=y").unwrap(), ("A_B".into(), "x=y".into()));
+        assert!(parse_env("noequals").is_err());
+        assert!(parse_env("1X=y").is_err());
+        assert!(parse_env("A-B=y").is_err());
+    }
+}

@@ -1,0 +1,56 @@
+//! `herd cancel`: stop a run from any terminal, no daemon needed. The owning herd process is
+//! asked through the store (it runs the stop ladder and records `cancelled`); if it does not
+//! act, or with `--force`, the recorded process group is signalled after an identity check.
+
+use std::time::{Duration, Instant};
+
+use herd_engine::procfs;
+use herd_store::StatePaths;
+use nix::sys::signal::Signal;
+
+use super::open_store;
+use crate::cli::CancelArgs;
+
+pub fn run(paths: StatePaths, a: CancelArgs) -> anyhow::Result<u8> {
+    let store = open_store(paths)?;
+    let id = store.resolve(&a.id)?;
+    if !store.request_cancel(&id)? {
+        let r = store.get(&id)?;
+        let status = r.map_or_else(|| "gone".into(), |r| r.status.to_string());
+        println!("{id} already ended ({status})");
+        return Ok(0);
+    }
+    let signal_group = |sig: Signal| -> bool {
+        let Ok(Some(r)) = store.get(&id) else { return false };
+        match (r.pid, r.pgid) {
+            (Some(pid), Some(pgid)) if procfs::is_same_process(pid, r.process_start_time) => {
+                procfs::signal_group(pgid, sig)
+            }
+            _ => false,
+        }
+    };
+    if a.force {
+        signal_group(Signal::SIGKILL);
+    }
+    // The owner polls for the request; give it its graceful stop, then escalate ourselves.
+    let start = Instant::now();
+    let mut escalated = a.force;
+    loop {
+        let r = store.get(&id)?;
+        if r.as_ref().is_none_or(|r| r.status.is_terminal()) {
+            let status = r.map_or_else(|| "gone".into(), |r| r.status.to_string());
+            println!("{id} {status}");
+            return Ok(0);
+        }
+        if !escalated && start.elapsed() > Duration::from_secs(8) {
+            signal_group(Signal::SIGTERM);
+            escalated = true;
+        }
+        if start.elapsed() > Duration::from_secs(20) {
+            signal_group(Signal::SIGKILL);
+            eprintln!("herd: {id} did not stop within 20s; its process group was killed");
+            return Ok(1);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

@@ -1,0 +1,29 @@
+//! Command dispatch: each subcommand in its own module, all returning an exit code.
+//! Commands that only read the store stay synchronous; `task` builds a runtime.
+
+mod cancel;
+mod doctor;
+mod inspect;
+mod task;
+
+use crate::cli::{Cli, Command};
+use crate::state;
+
+pub fn dispatch(cli: Cli) -> anyhow::Result<u8> {
+    let paths = state::resolve(cli.state_dir.as_deref())?;
+    match cli.command {
+        Command::Task(args) => task::run(paths, args),
+        Command::Ps(args) => inspect::ps(paths, args),
+        Command::Show(args) => inspect::show(paths, args),
+        Command::Logs(args) => inspect::logs(paths, args),
+        Command::Cancel(args) => cancel::run(paths, args),
+        Command::Doctor(args) => doctor::run(paths, args),
+    }
+}
+
+/// Open the store for a command that reads it, sweeping runs whose owner died first.
+fn open_store(paths: herd_store::StatePaths) -> anyhow::Result<herd_store::Store> {
+    let mut store = herd_store::Store::open(paths)?;
+    herd_engine::sweep_orphans(&mut store)?;
+    Ok(store)
+}

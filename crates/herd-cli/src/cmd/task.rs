@@ -1,0 +1,194 @@
+//! `herd task`: run one subagent in the foreground — live progress on a terminal, the result
+//! (or one JSON object) on stdout, Ctrl-C to cancel (twice to kill).
+
+use std::io::{IsTerminal, Write};
+use std::time::Duration;
+
+use anyhow::Context;
+use herd_backends::{BackendKind, RunSpec};
+use herd_core::{FailureReason, Status, SubagentId};
+use herd_engine::{Engine, GuardCommand, Progress, StopLevel, TaskReport, TaskRequest};
+use herd_store::StatePaths;
+use serde_json::json;
+use tokio::sync::watch;
+
+use crate::cli::TaskArgs;
+use crate::{UsageError, exit, fmt};
+
+pub fn run(paths: StatePaths, args: TaskArgs) -> anyhow::Result<u8> {
+    let json_out = args.json;
+    let req = request(args)?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    rt.block_on(run_async(paths, req, json_out))
+}
+
+/// Validate the flags into a request; every problem is a usage error naming the flag.
+fn request(a: TaskArgs) -> anyhow::Result<TaskRequest> {
+    let usage = |m: String| anyhow::Error::new(UsageError(m));
+    if a.prompt.trim().is_empty() {
+        return Err(usage("the prompt is empty".into()));
+    }
+    match (a.cli, a.command.is_empty()) {
+        (BackendKind::Command, true) => {
+            return Err(usage(
+                "--cli command needs a program after `--`: herd task PROMPT --cli command -- PROGRAM [ARGS…]"
+                    .into(),
+            ));
+        }
+        (BackendKind::Claude, false) => {
+            return Err(usage(format!(
+                "a program after `--` is only for --cli command (got `{}` with --cli claude)",
+                a.command.join(" ")
+            )));
+        }
+        _ => {}
+    }
+    let cwd = match &a.cwd {
+        Some(d) => std::fs::canonicalize(d)
+            .ok()
+            .filter(|p| p.is_dir())
+            .ok_or_else(|| usage(format!("--cwd {}: not an existing directory", d.display())))?,
+        None => std::env::current_dir()?,
+    };
+    let tools = a
+        .tools
+        .map(|t| t.into_iter().map(|s| s.trim().to_owned()).filter(|s| !s.is_empty()).collect());
+    Ok(TaskRequest {
+        name: None,
+        backend: a.cli,
+        spec: RunSpec {
+            prompt: a.prompt,
+            model: a.model,
+            tools,
+            allow: a.allow,
+            deny: a.deny,
+            max_turns: a.max_turns,
+            append_system_prompt: None,
+            resume: None,
+            command: a.command,
+        },
+        cwd,
+        env: a.env,
+        timeout: a.timeout,
+        max_output_bytes: a.max_output_kb.map(|kb| kb * 1024),
+    })
+}
+
+async fn run_async(paths: StatePaths, req: TaskRequest, json_out: bool) -> anyhow::Result<u8> {
+    let guard = GuardCommand::current_exe().context("cannot find the herd executable")?;
+    let engine = Engine::open(paths, guard, "cli")?;
+    let id = SubagentId::generate();
+    let (stop_tx, stop_rx) = watch::channel(StopLevel::None);
+    tokio::spawn(forward_signals(stop_tx));
+    let live = std::io::stderr().is_terminal();
+    let (prog_tx, prog_rx) = watch::channel(Progress::default());
+    let display = live.then(|| tokio::spawn(show_progress(id.clone(), req.backend, prog_rx)));
+    let report = engine.run(id, req, stop_rx, Some(prog_tx)).await;
+    if let Some(d) = display {
+        d.abort();
+        let _ = d.await;
+        eprint!("\r\x1b[2K");
+    }
+    engine.shutdown().await?;
+    let report = report?;
+    print_report(&report, json_out, live)?;
+    Ok(exit_code(&report))
+}
+
+/// First Ctrl-C (or SIGTERM): stop gracefully. Second: kill.
+async fn forward_signals(stop: watch::Sender<StopLevel>) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut int), Ok(mut term)) =
+        (signal(SignalKind::interrupt()), signal(SignalKind::terminate()))
+    else {
+        return;
+    };
+    let mut level = StopLevel::None;
+    loop {
+        tokio::select! {
+            _ = int.recv() => {}
+            _ = term.recv() => {}
+        }
+        level = if level == StopLevel::None { StopLevel::Graceful } else { StopLevel::Force };
+        if level == StopLevel::Graceful && std::io::stderr().is_terminal() {
+            eprintln!("\r\x1b[2Kherd: stopping… (Ctrl-C again to kill)");
+        }
+        if stop.send(level).is_err() {
+            return;
+        }
+    }
+}
+
+async fn show_progress(id: SubagentId, cli: BackendKind, rx: watch::Receiver<Progress>) {
+    let started = std::time::Instant::now();
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    let spinner = ['⠋', '⠙', '⠹', '⠸', '⠼', '⠴', '⠦', '⠧', '⠇', '⠏'];
+    for i in 0usize.. {
+        tick.tick().await;
+        let p = rx.borrow().clone();
+        let mut line = format!(
+            "{} {} {} · {:.1}s",
+            spinner[i % spinner.len()],
+            &id.as_str()[..12],
+            cli,
+            started.elapsed().as_secs_f64()
+        );
+        if p.turns > 0 {
+            line.push_str(&format!(" · turn {}", p.turns));
+        }
+        if let Some(t) = &p.current_tool {
+            line.push_str(&format!(" · {t}"));
+        }
+        let tokens = p.usage.input_tokens + p.usage.output_tokens;
+        if tokens > 0 {
+            line.push_str(&format!(" · {} tokens", fmt::count(tokens)));
+        }
+        eprint!("\r\x1b[2K{line}");
+        let _ = std::io::stderr().flush();
+    }
+}
+
+fn print_report(r: &TaskReport, json_out: bool, live: bool) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    if json_out {
+        let v = json!({
+            "id": r.id,
+            "status": r.status,
+            "failure_reason": r.failure.as_ref().map(ToString::to_string),
+            "native_session_id": r.native_session_id,
+            "result": r.result,
+            "num_turns": r.num_turns,
+            "usage": {"input_tokens": r.usage.input_tokens, "output_tokens": r.usage.output_tokens},
+            "cost_usd": r.cost_usd,
+            "duration_ms": r.duration_ms,
+        });
+        writeln!(out, "{v}")?;
+    } else if let Some(text) = r.result.as_ref().filter(|t| !t.is_empty()) {
+        writeln!(out, "{text}")?;
+    }
+    out.flush()?;
+    if r.status != Status::Completed || live {
+        let reason = r.failure.as_ref().map(|f| format!(": {f}")).unwrap_or_default();
+        eprintln!(
+            "herd: {} {}{reason} ({}, {})",
+            r.id,
+            r.status,
+            fmt::duration_ms(r.duration_ms as i64),
+            fmt::cost(r.cost_usd)
+        );
+    }
+    Ok(())
+}
+
+fn exit_code(r: &TaskReport) -> u8 {
+    match (r.status, &r.failure) {
+        (Status::Completed, _) => exit::COMPLETED,
+        (Status::Cancelled, _) => exit::CANCELLED,
+        (_, Some(FailureReason::Timeout)) => exit::TIMEOUT,
+        _ => exit::FAILED,
+    }
+}

@@ -1,0 +1,588 @@
+//! One subagent run, start to close: persist it, start the agent under its guard, pump and
+//! decode its output, enforce timeout / cancel / turn limit through the stop ladder, judge, record.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use herd_backends::{Backend, BackendKind, Decoder, Exit, RunSpec, Verdict};
+use herd_core::{AgentEvent, Decoded, FailureReason, ResultInfo, Status, SubagentId, Usage};
+use herd_store::{Meta, NewSubagent, Transcript, Update, now_ms};
+use nix::sys::signal::Signal;
+use serde_json::json;
+use tokio::io::AsyncReadExt;
+use tokio::sync::watch;
+use tokio::time::{Instant as TInstant, sleep_until};
+
+use crate::lines::{LineSplitter, Piece};
+use crate::supervisor::{Child, child_env};
+use crate::{Engine, EngineError, guard::GuardMsg, procfs};
+
+/// A task to run as one subagent.
+#[derive(Debug, Clone)]
+pub struct TaskRequest {
+    pub name: Option<String>,
+    pub backend: BackendKind,
+    pub spec: RunSpec,
+    pub cwd: PathBuf,
+    /// Explicit `--env K=V` pairs, on top of the allowlist.
+    pub env: Vec<(String, String)>,
+    pub timeout: Duration,
+    /// Cut the result text to this many bytes (the transcript keeps everything).
+    pub max_output_bytes: Option<u64>,
+}
+
+/// How hard a caller wants a run stopped.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub enum StopLevel {
+    #[default]
+    None,
+    /// The stop ladder: graceful, then SIGTERM, then SIGKILL.
+    Graceful,
+    /// Straight to SIGKILL.
+    Force,
+}
+
+/// Live figures for a progress display.
+#[derive(Debug, Clone, Default)]
+pub struct Progress {
+    pub turns: u32,
+    pub usage: Usage,
+    pub current_tool: Option<String>,
+    pub events: u64,
+}
+
+/// How a run ended.
+#[derive(Debug, Clone)]
+pub struct TaskReport {
+    pub id: SubagentId,
+    pub status: Status,
+    pub failure: Option<FailureReason>,
+    pub native_session_id: Option<String>,
+    pub result: Option<String>,
+    pub result_truncated: bool,
+    pub num_turns: Option<u32>,
+    pub usage: Usage,
+    pub cost_usd: Option<f64>,
+    pub duration_ms: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StopReason {
+    Timeout,
+    Cancelled,
+    MaxTurns,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ladder {
+    Idle,
+    Graceful,
+    Term,
+    Killed,
+}
+
+/// Everything a finished run reports back, before it is judged.
+#[derive(Debug, Default)]
+struct Observed {
+    result: Option<ResultInfo>,
+    native_session_id: Option<String>,
+    text: String,
+    text_capped: bool,
+    exit_code: Option<i32>,
+    exit_signal: Option<i32>,
+    leftovers: u32,
+    lines_over_limit: u64,
+}
+
+/// A command backend's collected stdout is capped at this, whatever `--max-output-kb` says.
+const TEXT_CAP: usize = 16 << 20;
+
+impl Engine {
+    /// Run `req` as subagent `id` to the end. A failed run is an `Ok` report; `Err` means herd
+    /// itself could not record it.
+    pub async fn run(
+        &self,
+        id: SubagentId,
+        req: TaskRequest,
+        stop: watch::Receiver<StopLevel>,
+        progress: Option<watch::Sender<Progress>>,
+    ) -> Result<TaskReport, EngineError> {
+        let backend = req.backend.backend();
+        let env = child_env(std::env::vars(), backend.env_prefixes(), &req.env);
+        let env_keys: Vec<&str> = req.env.iter().map(|(k, _)| k.as_str()).collect();
+        let me = std::process::id();
+        self.store().create_subagent(&NewSubagent {
+            id: id.clone(),
+            parent_session_id: self.session_id.clone(),
+            name: req.name.clone().unwrap_or_else(|| req.backend.to_string()),
+            cli: req.backend.to_string(),
+            prompt: req.spec.prompt.clone(),
+            model: req.spec.model.clone(),
+            working_directory: req.cwd.display().to_string(),
+            max_turns: req.spec.max_turns,
+            timeout_ms: Some(req.timeout.as_millis() as u64),
+            // The delegation contract. Explicit env values may be secrets: keys only.
+            spec: json!({
+                "cli": req.backend, "spec": req.spec, "cwd": req.cwd,
+                "timeout_ms": req.timeout.as_millis() as u64,
+                "max_output_bytes": req.max_output_bytes, "env_keys": env_keys,
+            }),
+            owner_pid: me,
+            owner_start_time: procfs::start_time(me),
+        })?;
+        let mut run = RunState::new(self, &id, backend, &req, progress)?;
+        let started = Instant::now();
+
+        let path_var = env.iter().find(|(k, _)| k == "PATH").map(|(_, v)| v.as_str());
+        let override_bin = backend.program_override_var().and_then(|v| std::env::var(v).ok());
+        let spawned = match backend.invocation(&req.spec, path_var, override_bin.as_deref()) {
+            Ok(inv) => Child::spawn(&self.guard, &inv, &req.cwd, &env)
+                .await
+                .map(|c| (c, inv))
+                .map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        let (mut child, inv) = match spawned {
+            Ok(c) => c,
+            Err(message) => {
+                let failure = FailureReason::SpawnError { message };
+                return run.finish(Status::Failed, Some(failure), started, &[]).await;
+            }
+        };
+        let argv: Vec<String> = std::iter::once(inv.program.display().to_string())
+            .chain(inv.args.iter().cloned())
+            .collect();
+        self.writer()
+            .update(
+                &id,
+                Update {
+                    status: Some(Status::Running),
+                    pid: Some(child.pid),
+                    pgid: Some(child.pid),
+                    process_start_time: child.start_time,
+                    started_at: Some(now_ms()),
+                    events: vec![AgentEvent::SubagentStarted {
+                        pid: child.pid,
+                        pgid: child.pid,
+                        argv: argv.clone(),
+                    }],
+                    ..Update::default()
+                },
+            )
+            .await?;
+        child.write_stdin(&backend.initial_stdin(&req.spec)).await;
+        if !backend.holds_stdin() {
+            child.close_stdin().await;
+        }
+        let outcome = run.pump(&mut child, stop, req.timeout, req.spec.max_turns).await?;
+        let (status, failure) = outcome;
+        run.finish(status, failure, started, &argv).await
+    }
+}
+
+struct RunState<'e> {
+    engine: &'e Engine,
+    id: SubagentId,
+    backend: &'static dyn Backend,
+    decoder: Box<dyn Decoder>,
+    transcript: Transcript,
+    stderr_log: Option<std::fs::File>,
+    max_output: Option<u64>,
+    progress: Option<watch::Sender<Progress>>,
+    obs: Observed,
+    stop_reason: Option<StopReason>,
+    ladder: Ladder,
+    ladder_deadline: Option<TInstant>,
+}
+
+impl<'e> RunState<'e> {
+    fn new(
+        engine: &'e Engine,
+        id: &SubagentId,
+        backend: &'static dyn Backend,
+        req: &TaskRequest,
+        progress: Option<watch::Sender<Progress>>,
+    ) -> Result<Self, EngineError> {
+        let paths = engine.paths();
+        Ok(Self {
+            engine,
+            id: id.clone(),
+            backend,
+            decoder: backend.decoder(),
+            transcript: Transcript::open(paths, id)?,
+            stderr_log: std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(paths.stderr_log(id))
+                .ok(),
+            max_output: req.max_output_bytes,
+            progress,
+            obs: Observed::default(),
+            stop_reason: None,
+            ladder: Ladder::Idle,
+            ladder_deadline: None,
+        })
+    }
+
+    /// Read the child to the end, stopping it when asked or when a limit is hit.
+    async fn pump(
+        &mut self,
+        child: &mut Child,
+        mut stop: watch::Receiver<StopLevel>,
+        timeout: Duration,
+        max_turns: Option<u32>,
+    ) -> Result<(Status, Option<FailureReason>), EngineError> {
+        let cfg = self.engine.config.clone();
+        let Some((mut stdout, mut stderr)) = child.take_io() else {
+            return Ok(self.judge());
+        };
+        let timeout_at = TInstant::now() + timeout;
+        let mut out_split = LineSplitter::new(cfg.max_line_bytes);
+        let mut err_split = LineSplitter::new(64 * 1024);
+        let mut out_buf = vec![0u8; 64 * 1024];
+        let mut err_buf = vec![0u8; 8 * 1024];
+        let (mut out_done, mut err_done, mut exited) = (false, false, false);
+        let mut exited_at: Option<TInstant> = None;
+        let mut poll = tokio::time::interval(cfg.cancel_poll);
+        let mut stop_open = true;
+        let far = TInstant::now() + Duration::from_secs(86400 * 365);
+        while !(out_done && err_done && exited) {
+            // Output still open long after the agent exited: something kept our pipe; stop waiting.
+            if exited_at.is_some_and(|t| t.elapsed() > Duration::from_secs(5)) {
+                break;
+            }
+            let ladder_at = self.ladder_deadline.unwrap_or(far);
+            tokio::select! {
+                n = stdout.read(&mut out_buf), if !out_done => {
+                    let n = n.unwrap_or(0);
+                    if n == 0 {
+                        out_done = true;
+                        let mut evs = Vec::new();
+                        out_split.finish(|p| self.piece(p, &mut evs, cfg.max_line_bytes));
+                        self.emit(child, evs).await?;
+                    } else {
+                        self.transcript.write(&out_buf[..n])?;
+                        let mut evs = Vec::new();
+                        out_split.push(&out_buf[..n], |p| self.piece(p, &mut evs, cfg.max_line_bytes));
+                        self.transcript.flush()?;
+                        self.emit(child, evs).await?;
+                        if let Some(m) = max_turns
+                            && self.decoder.turns() > m + 1
+                        {
+                            self.begin_stop(child, StopReason::MaxTurns).await?;
+                        }
+                    }
+                }
+                n = stderr.read(&mut err_buf), if !err_done => {
+                    let n = n.unwrap_or(0);
+                    let mut evs = Vec::new();
+                    let mut line = |p: Piece<'_>| evs.push(Decoded::top(AgentEvent::Stderr {
+                        line: match p {
+                            Piece::Line(l) => String::from_utf8_lossy(l).into_owned(),
+                            Piece::TooLong(n) => format!("[herd: a stderr line of {n} bytes was skipped]"),
+                        },
+                    }));
+                    if n == 0 {
+                        err_done = true;
+                        err_split.finish(&mut line);
+                    } else {
+                        if let Some(f) = self.stderr_log.as_mut() {
+                            let _ = std::io::Write::write_all(f, &err_buf[..n]);
+                        }
+                        err_split.push(&err_buf[..n], &mut line);
+                    }
+                    self.engine.writer().append(&self.id, evs).await?;
+                }
+                msg = child.next_msg(), if !exited => {
+                    exited = true;
+                    exited_at = Some(TInstant::now());
+                    match msg {
+                        Some(GuardMsg::Exited { code, signal, leftovers }) => {
+                            self.obs.exit_code = code;
+                            self.obs.exit_signal = signal;
+                            self.obs.leftovers = leftovers;
+                        }
+                        _ => {
+                            // The guard itself died: take the agent's group down ourselves.
+                            procfs::signal_group(child.pid, Signal::SIGKILL);
+                            self.obs.exit_signal = Some(Signal::SIGKILL as i32);
+                        }
+                    }
+                }
+                _ = sleep_until(timeout_at), if self.stop_reason.is_none() => {
+                    self.begin_stop(child, StopReason::Timeout).await?;
+                }
+                _ = sleep_until(ladder_at), if self.ladder_deadline.is_some() => {
+                    self.escalate(child).await?;
+                }
+                changed = stop.changed(), if stop_open => {
+                    if changed.is_err() {
+                        stop_open = false;
+                        continue;
+                    }
+                    let level = *stop.borrow_and_update();
+                    match level {
+                        StopLevel::None => {}
+                        StopLevel::Graceful => self.begin_stop(child, StopReason::Cancelled).await?,
+                        StopLevel::Force => {
+                            self.stop_reason.get_or_insert(StopReason::Cancelled);
+                            self.kill(child, "cancelled (forced)").await?;
+                        }
+                    }
+                }
+                _ = poll.tick(), if self.stop_reason.is_none() => {
+                    let requested = self.engine.store().cancel_requested(&self.id).unwrap_or(false);
+                    if requested {
+                        self.begin_stop(child, StopReason::Cancelled).await?;
+                    }
+                }
+            }
+        }
+        child.wait_guard().await;
+        Ok(self.judge())
+    }
+
+    /// Decode one piece of stdout into events.
+    fn piece(&mut self, p: Piece<'_>, evs: &mut Vec<Decoded>, limit: usize) {
+        match p {
+            Piece::Line(l) => self.decoder.decode(l, evs),
+            Piece::TooLong(bytes) => {
+                self.obs.lines_over_limit += 1;
+                evs.push(Decoded::top(AgentEvent::LineTooLong { bytes, limit: limit as u64 }));
+            }
+        }
+    }
+
+    /// Look at decoded events (result, session, text), then hand them to the writer.
+    async fn emit(&mut self, child: &mut Child, evs: Vec<Decoded>) -> Result<(), EngineError> {
+        if evs.is_empty() {
+            return Ok(());
+        }
+        let mut tool = None;
+        let mut got_result = false;
+        for d in &evs {
+            match &d.event {
+                AgentEvent::Result(r) => {
+                    if r.native_session_id.is_some() {
+                        self.obs.native_session_id = r.native_session_id.clone();
+                    }
+                    self.obs.result = Some(r.clone());
+                    got_result = true;
+                }
+                AgentEvent::Init { native_session_id: Some(s), .. } => {
+                    self.obs.native_session_id = Some(s.clone());
+                }
+                AgentEvent::ToolCall { name, .. } if d.parent_tool_use_id.is_none() => {
+                    tool = Some(name.clone());
+                }
+                AgentEvent::Text { text } if self.backend.kind() == BackendKind::Command => {
+                    if self.obs.text.len() + text.len() + 1 <= TEXT_CAP {
+                        if !self.obs.text.is_empty() {
+                            self.obs.text.push('\n');
+                        }
+                        self.obs.text.push_str(text);
+                    } else {
+                        self.obs.text_capped = true;
+                    }
+                }
+                _ => {}
+            }
+        }
+        let n = evs.len() as u64;
+        self.engine.writer().append(&self.id, evs).await?;
+        if let Some(p) = &self.progress {
+            p.send_modify(|p| {
+                p.turns = self.decoder.turns();
+                p.usage = self.decoder.usage();
+                p.events += n;
+                if tool.is_some() {
+                    p.current_tool = tool;
+                }
+            });
+        }
+        // The terminal event arrived: end the input so the CLI exits (stdin held until result).
+        if got_result && self.backend.holds_stdin() {
+            child.close_stdin().await;
+        }
+        Ok(())
+    }
+
+    async fn record_stop(&self, step: &str, why: &str) -> Result<(), EngineError> {
+        let ev = AgentEvent::StopRequested { step: step.into(), why: why.into() };
+        Ok(self.engine.writer().append(&self.id, vec![Decoded::top(ev)]).await?)
+    }
+
+    /// First rung of the ladder: the backend's interrupt message, else SIGINT to the group.
+    async fn begin_stop(&mut self, child: &mut Child, why: StopReason) -> Result<(), EngineError> {
+        self.stop_reason.get_or_insert(why);
+        if self.ladder != Ladder::Idle {
+            return Ok(());
+        }
+        let why = format!("{why:?}").to_lowercase();
+        match self.backend.interrupt_message().filter(|_| child.stdin_open()) {
+            Some(msg) => {
+                child.write_stdin(&msg).await;
+                self.record_stop("interrupt", &why).await?;
+            }
+            None => {
+                child.signal(Signal::SIGINT).await;
+                self.record_stop("sigint", &why).await?;
+            }
+        }
+        self.ladder = Ladder::Graceful;
+        self.ladder_deadline = Some(TInstant::now() + self.engine.config.graceful_stop);
+        Ok(())
+    }
+
+    async fn escalate(&mut self, child: &mut Child) -> Result<(), EngineError> {
+        match self.ladder {
+            Ladder::Graceful => {
+                // Closing stdin too: some CLIs only finish once their input ends.
+                child.close_stdin().await;
+                child.signal(Signal::SIGTERM).await;
+                self.record_stop("sigterm", "graceful stop timed out").await?;
+                self.ladder = Ladder::Term;
+                self.ladder_deadline = Some(TInstant::now() + self.engine.config.term_grace);
+            }
+            Ladder::Term => self.kill(child, "SIGTERM grace period over").await?,
+            Ladder::Idle | Ladder::Killed => self.ladder_deadline = None,
+        }
+        Ok(())
+    }
+
+    async fn kill(&mut self, child: &mut Child, why: &str) -> Result<(), EngineError> {
+        if self.ladder != Ladder::Killed {
+            child.kill().await;
+            self.record_stop("sigkill", why).await?;
+            self.ladder = Ladder::Killed;
+        }
+        self.ladder_deadline = None;
+        Ok(())
+    }
+
+    /// Success is an event, not an exit code: our own stop reasons first, then the backend.
+    fn judge(&self) -> (Status, Option<FailureReason>) {
+        match self.stop_reason {
+            Some(StopReason::Cancelled) => (Status::Cancelled, None),
+            Some(StopReason::Timeout) => (Status::Failed, Some(FailureReason::Timeout)),
+            Some(StopReason::MaxTurns) => (Status::Failed, Some(FailureReason::MaxTurns)),
+            None => {
+                let exit = match (self.obs.exit_code, self.obs.exit_signal) {
+                    (Some(c), _) => Exit::Code(c),
+                    (None, Some(s)) => Exit::Signal(s),
+                    (None, None) => Exit::Signal(Signal::SIGKILL as i32),
+                };
+                match self.backend.verdict(self.obs.result.as_ref(), exit) {
+                    Verdict::Completed => (Status::Completed, None),
+                    Verdict::Failed(r) => (Status::Failed, Some(r)),
+                }
+            }
+        }
+    }
+
+    /// Record the end: row, closing events, meta file.
+    async fn finish(
+        mut self,
+        status: Status,
+        failure: Option<FailureReason>,
+        started: Instant,
+        argv: &[String],
+    ) -> Result<TaskReport, EngineError> {
+        let obs = std::mem::take(&mut self.obs);
+        let mut events = Vec::new();
+        if obs.leftovers > 0 {
+            events.push(AgentEvent::LeftoversKilled { count: obs.leftovers });
+        }
+        let full = match (&obs.result, self.backend.kind()) {
+            (Some(r), _) => r.text.clone(),
+            (None, BackendKind::Command) => Some(obs.text.clone()),
+            (None, _) => None,
+        };
+        let mut truncated = obs.text_capped;
+        let result = full.map(|text| match self.max_output {
+            Some(limit) if text.len() as u64 > limit => {
+                truncated = true;
+                events.push(AgentEvent::OutputTruncated {
+                    limit_bytes: limit,
+                    total_bytes: text.len() as u64,
+                });
+                format!(
+                    "{}\n[herd: output truncated to {limit} of {} bytes; the full output is in {}]",
+                    herd_core::truncate_str(&text, limit as usize),
+                    text.len(),
+                    self.transcript.path().display()
+                )
+            }
+            _ => text,
+        });
+        let status_ev = match (status, &failure) {
+            (Status::Completed, _) => AgentEvent::SubagentCompleted,
+            (Status::Cancelled, _) => AgentEvent::SubagentCancelled { reason: "cancelled".into() },
+            (_, f) => AgentEvent::SubagentFailed {
+                reason: f.as_ref().map(ToString::to_string).unwrap_or_default(),
+            },
+        };
+        events.push(status_ev);
+        let close_reason = failure.as_ref().map_or(status.to_string(), |f| f.code().to_owned());
+        events.push(AgentEvent::SubagentClosed {
+            final_status: status.to_string(),
+            close_reason: close_reason.clone(),
+        });
+        let r = obs.result.as_ref();
+        let usage = r.map_or(self.decoder.usage(), |r| r.usage);
+        let num_turns = r.and_then(|r| r.num_turns).or(Some(self.decoder.turns()));
+        let now = now_ms();
+        self.engine
+            .writer()
+            .update(
+                &self.id,
+                Update {
+                    status: Some(status),
+                    failure: failure.clone(),
+                    exit_code: obs.exit_code,
+                    exit_signal: obs.exit_signal,
+                    native_session_id: obs.native_session_id.clone(),
+                    result: result.clone(),
+                    result_truncated: Some(truncated),
+                    num_turns,
+                    usage: Some(usage),
+                    cost_usd: r.and_then(|r| r.cost_usd),
+                    completed_at: Some(now),
+                    closed_at: Some(now),
+                    close_reason: Some(close_reason.clone()),
+                    events,
+                    ..Update::default()
+                },
+            )
+            .await?;
+        self.transcript.sync()?;
+        let row = self.engine.store().get(&self.id)?;
+        Meta {
+            id: self.id.to_string(),
+            cli: self.backend.kind().to_string(),
+            argv: argv.to_vec(),
+            started_at: row.as_ref().and_then(|r| r.started_at),
+            ended_at: now,
+            status: status.to_string(),
+            exit_reason: failure.as_ref().map(ToString::to_string),
+            exit_code: obs.exit_code,
+            exit_signal: obs.exit_signal,
+            turns: num_turns,
+            transcript_bytes: self.transcript.bytes(),
+            lines_over_limit: obs.lines_over_limit,
+        }
+        .write(self.engine.paths(), &self.id)?;
+        Ok(TaskReport {
+            id: self.id.clone(),
+            status,
+            failure,
+            native_session_id: obs.native_session_id,
+            result,
+            result_truncated: truncated,
+            num_turns,
+            usage,
+            cost_usd: r.and_then(|r| r.cost_usd),
+            duration_ms: started.elapsed().as_millis() as u64,
+        })
+    }
+}
