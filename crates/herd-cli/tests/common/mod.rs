@@ -1,0 +1,137 @@
+//! Helpers for herd's end-to-end tests: an isolated world per test (HOME, work dir, state dir),
+//! the `herd` command wired to the testkit mock, and /proc scans for leftover processes.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use herd_testkit::MockServer;
+use serde_json::Value;
+
+pub struct World {
+    _dir: tempfile::TempDir,
+    pub home: PathBuf,
+    pub work: PathBuf,
+    pub state: PathBuf,
+    pub claude: Option<PathBuf>,
+}
+
+impl World {
+    /// A fresh world; `claude` is `None` (after a loud notice) when the real CLI is missing.
+    pub fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path().join("home");
+        let work = dir.path().join("work");
+        let state = dir.path().join("state");
+        for d in [&home, &work] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        let work = work.canonicalize().unwrap();
+        Self { _dir: dir, home, work, state, claude: herd_testkit::require_claude() }
+    }
+
+    /// `herd ARGS` with a cleared environment: the mock as the model API, a fresh HOME.
+    pub fn herd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_herd"));
+        c.args(args)
+            .env_clear()
+            .envs(herd_testkit::claude_env(MockServer::shared(), &self.home))
+            .env("HERD_STATE_DIR", &self.state)
+            .current_dir(&self.work)
+            .stdin(Stdio::null());
+        if let Some(bin) = &self.claude {
+            c.env("HERD_CLAUDE_BIN", bin);
+        }
+        c
+    }
+
+    pub fn run(&self, args: &[&str]) -> Output {
+        self.herd(args).output().unwrap()
+    }
+
+    /// Run and parse stdout as one JSON value.
+    pub fn json(&self, args: &[&str]) -> (i32, Value) {
+        let out = self.run(args);
+        let v = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "stdout is not JSON ({e}): {}\nstderr: {}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+        (out.status.code().unwrap_or(-1), v)
+    }
+
+    /// Every event of a subagent, via `herd logs --json`.
+    pub fn events(&self, id: &str) -> Vec<Value> {
+        let out = self.run(&["logs", id, "--json"]);
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    pub fn kinds(&self, id: &str) -> Vec<String> {
+        self.events(id).iter().map(|e| e["kind"].as_str().unwrap().to_owned()).collect()
+    }
+}
+
+/// Processes whose command line contains `needle`, as (pid, cmdline).
+pub fn procs_with_cmdline(needle: &str) -> Vec<(u32, String)> {
+    let me = std::process::id();
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        if pid == me || is_zombie(pid) {
+            continue;
+        }
+        if let Ok(raw) = std::fs::read(format!("/proc/{pid}/cmdline")) {
+            let cmd = String::from_utf8_lossy(&raw).replace('\0', " ");
+            if cmd.contains(needle) {
+                out.push((pid, cmd));
+            }
+        }
+    }
+    out
+}
+
+/// Processes whose working directory is `dir`.
+pub fn procs_in(dir: &Path) -> Vec<(u32, String)> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        if is_zombie(pid) {
+            continue;
+        }
+        if std::fs::read_link(format!("/proc/{pid}/cwd")).is_ok_and(|c| c == dir) {
+            let raw = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            out.push((pid, String::from_utf8_lossy(&raw).replace('\0', " ")));
+        }
+    }
+    out
+}
+
+fn is_zombie(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rfind(')').map(|i| s[i + 1..].trim_start().starts_with('Z')))
+        .unwrap_or(true)
+}
+
+/// Poll `f` until it returns true or `limit` passes; returns whether it did.
+pub fn wait_until(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    f()
+}
