@@ -17,7 +17,7 @@ move it with --state-dir or HERD_STATE_DIR.";
 #[command(name = "herd", version, after_help = AFTER_HELP, propagate_version = true)]
 pub struct Cli {
     /// Where herd keeps its database and transcripts [default: <project>/.herd]
-    #[arg(long, global = true, env = "HERD_STATE_DIR", value_name = "DIR")]
+    #[arg(long, global = true, env = "HERD_STATE_DIR", hide_env_values = true, value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
 
     #[command(subcommand)]

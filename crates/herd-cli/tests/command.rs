@@ -1,0 +1,236 @@
+//! `herd` with the command backend and the read-side commands: exit codes, the environment
+//! allowlist, output limits, usage errors (snapshotted), ps/show/logs from the store.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{World, procs_with_cmdline};
+
+fn stderr(o: &std::process::Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn prompt_goes_to_stdin_and_stdout_is_the_result() {
+    let w = World::new();
+    let out = w.run(&[
+        "task",
+        "hello herd",
+        "--cli",
+        "command",
+        "--",
+        "sh",
+        "-c",
+        "tr a-z A-Z; echo; echo done",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "HELLO HERD\ndone\n");
+    // Quiet when piped: nothing on stderr for a completed run.
+    assert_eq!(stderr(&out), "");
+}
+
+#[test]
+fn the_exit_code_decides_and_json_has_the_documented_fields() {
+    let w = World::new();
+    let (code, v) = w.json(&[
+        "task",
+        "x",
+        "--cli",
+        "command",
+        "--json",
+        "--",
+        "sh",
+        "-c",
+        "echo partial; exit 7",
+    ]);
+    assert_eq!(code, 1);
+    let mut keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+    keys.sort_unstable();
+    assert_eq!(
+        keys,
+        [
+            "cost_usd",
+            "duration_ms",
+            "failure_reason",
+            "id",
+            "native_session_id",
+            "num_turns",
+            "result",
+            "status",
+            "usage"
+        ]
+    );
+    assert_eq!(v["failure_reason"], "exit_code(7)");
+    assert_eq!(v["result"], "partial");
+}
+
+#[test]
+fn only_allowlisted_and_explicit_variables_reach_the_child() {
+    let w = World::new();
+    let out = w
+        .herd(&["task", "x", "--cli", "command", "--env", "MY_FLAG=on", "--", "env"])
+        .env("AWS_SECRET_ACCESS_KEY", "leak")
+        .env("LC_ALL", "C")
+        .output()
+        .unwrap();
+    let env = String::from_utf8_lossy(&out.stdout);
+    assert!(env.contains("MY_FLAG=on"));
+    assert!(env.contains("LC_ALL=C"));
+    assert!(env.contains("HOME="));
+    assert!(!env.contains("AWS_SECRET_ACCESS_KEY"), "{env}");
+    assert!(!env.contains("HERD_STATE_DIR"), "{env}");
+    // The command backend passes no model-API variables.
+    assert!(!env.contains("ANTHROPIC_"), "{env}");
+}
+
+#[test]
+fn timeout_kills_setsid_leftovers() {
+    let w = World::new();
+    let start = Instant::now();
+    let out = w.run(&[
+        "task",
+        "x",
+        "--cli",
+        "command",
+        "--timeout",
+        "2s",
+        "--",
+        "sh",
+        "-c",
+        "setsid sleep 300.21 & sleep 300.21",
+    ]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert!(start.elapsed() < Duration::from_secs(10));
+    assert!(stderr(&out).contains("failed: timeout"));
+    assert!(
+        procs_with_cmdline("sleep 300.21").is_empty(),
+        "{:?}",
+        procs_with_cmdline("sleep 300.21")
+    );
+}
+
+#[test]
+fn leftovers_of_a_finished_run_are_killed_and_reported() {
+    let w = World::new();
+    let out = w.run(&[
+        "task",
+        "x",
+        "--cli",
+        "command",
+        "--json",
+        "--",
+        "sh",
+        "-c",
+        "setsid sleep 301.7 & echo started",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(procs_with_cmdline("sleep 301.7").is_empty());
+    assert!(w.kinds(v["id"].as_str().unwrap()).contains(&"leftovers_killed".to_owned()));
+}
+
+#[test]
+fn max_output_truncates_the_result_but_not_the_transcript() {
+    let w = World::new();
+    let (code, v) = w.json(&[
+        "task",
+        "x",
+        "--cli",
+        "command",
+        "--max-output-kb",
+        "1",
+        "--json",
+        "--",
+        "sh",
+        "-c",
+        "head -c 5000 /dev/zero | tr '\\0' y",
+    ]);
+    assert_eq!(code, 0);
+    let result = v["result"].as_str().unwrap();
+    assert!(result.starts_with(&"y".repeat(1024)));
+    assert!(result.contains("[herd: output truncated to 1024 of 5000 bytes"), "{result}");
+    let id = v["id"].as_str().unwrap();
+    let t = std::fs::read(w.state.join(format!("transcripts/{id}.jsonl"))).unwrap();
+    assert_eq!(t.len(), 5000);
+    let (_, row) = w.json(&["show", id, "--json"]);
+    assert_eq!(row["result_truncated"], true);
+}
+
+#[test]
+fn a_missing_program_is_a_recorded_spawn_error() {
+    let w = World::new();
+    let (code, v) =
+        w.json(&["task", "x", "--cli", "command", "--json", "--", "no-such-program-xyz"]);
+    assert_eq!(code, 1);
+    assert_eq!(v["status"], "failed");
+    assert!(v["failure_reason"].as_str().unwrap().contains("no-such-program-xyz"), "{v}");
+}
+
+#[test]
+fn ps_show_and_logs_read_the_store() {
+    let w = World::new();
+    let (_, v) = w.json(&[
+        "task",
+        "list me",
+        "--cli",
+        "command",
+        "--json",
+        "--",
+        "sh",
+        "-c",
+        "echo one; echo two >&2",
+    ]);
+    let id = v["id"].as_str().unwrap();
+    let out = w.run(&["ps"]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "no subagents (--all shows finished ones)\n");
+    let out = w.run(&["ps", "--all"]);
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.starts_with("ID "));
+    assert!(table.contains(&id[..12]) && table.contains("completed") && table.contains("list me"));
+    let out = w.run(&["show", &id[..8]]);
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(shown.contains("status: completed") && shown.contains("result:\none"), "{shown}");
+    let kinds = w.kinds(id);
+    assert_eq!(
+        kinds,
+        [
+            "subagent_created",
+            "subagent_started",
+            "text",
+            "stderr",
+            "subagent_completed",
+            "subagent_closed"
+        ],
+    );
+    let raw = w.run(&["logs", id, "--raw"]);
+    assert_eq!(String::from_utf8_lossy(&raw.stdout), "one\n");
+}
+
+#[test]
+fn usage_errors_exit_2_with_clear_messages() {
+    let w = World::new();
+    let cases: &[&[&str]] = &[
+        &["task", "x", "--cli", "command"],
+        &["task", "x", "--cli", "claude", "--", "ls"],
+        &["task", "x", "--cli", "gemini"],
+        &["task", "x", "--timeout", "0s"],
+        &["task", "x", "--env", "NOEQUALS"],
+        &["task", "x", "--cwd", "/definitely/not/here", "--cli", "command", "--", "true"],
+        &["show", "zzzz"],
+    ];
+    let mut report = String::new();
+    for args in cases {
+        let out = w.run(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        let first = stderr(&out).lines().next().unwrap_or("").to_owned();
+        report.push_str(&format!("herd {}\n  {first}\n", args.join(" ")));
+    }
+    insta::assert_snapshot!(report);
+}
+
+#[test]
+fn help_teaches() {
+    let out = World::new().run(&["task", "--help"]);
+    insta::assert_snapshot!(String::from_utf8_lossy(&out.stdout));
+}
