@@ -2,7 +2,7 @@
 //! under guards with timeouts, cancellation and the stop ladder (see `run`).
 
 pub mod guard;
-mod lines;
+pub mod lines;
 pub mod procfs;
 mod run;
 mod supervisor;
