@@ -28,7 +28,7 @@ pub struct Cli {
 pub enum Command {
     /// Run one subagent on a prompt and wait for it
     #[command(after_help = TASK_HELP)]
-    Task(TaskArgs),
+    Task(Box<TaskArgs>),
     /// List subagents (running ones; --all for every one)
     Ps(PsArgs),
     /// Show one subagent: status, reason, usage, result

@@ -376,7 +376,7 @@ impl<'e> RunState<'e> {
                     tool = Some(name.clone());
                 }
                 AgentEvent::Text { text } if self.backend.kind() == BackendKind::Command => {
-                    if self.obs.text.len() + text.len() + 1 <= TEXT_CAP {
+                    if self.obs.text.len() + text.len() < TEXT_CAP {
                         if !self.obs.text.is_empty() {
                             self.obs.text.push('\n');
                         }

@@ -104,9 +104,8 @@ impl Child {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         let mut g = cmd.spawn().map_err(gerr)?;
-        let (stdout, stderr) = match (g.stdout.take(), g.stderr.take()) {
-            (Some(o), Some(e)) => (o, e),
-            _ => return Err(SpawnError::GuardDied),
+        let (Some(stdout), Some(stderr)) = (g.stdout.take(), g.stderr.take()) else {
+            return Err(SpawnError::GuardDied);
         };
         let (r, w) = UnixStream::from_std(ours).map_err(gerr)?.into_split();
         let mut msgs = BufReader::new(r).lines();

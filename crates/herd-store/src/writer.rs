@@ -13,6 +13,9 @@ use crate::{Result, StatePaths, StoreError, StoredEvent, Update, now_ms};
 
 const MAX_BATCH: usize = 4096;
 
+/// Answers a waiting caller once its batch has committed (with the batch's error, if any).
+type Reply = Box<dyn FnOnce(Option<&str>)>;
+
 enum Cmd {
     Append { id: SubagentId, ts: i64, events: Vec<Decoded> },
     Update { id: SubagentId, update: Box<Update>, ack: oneshot::Sender<Result<Vec<StoredEvent>>> },
@@ -138,7 +141,7 @@ fn run(
             }
         }
         let mut published: Vec<StoredEvent> = Vec::new();
-        let mut replies: Vec<Box<dyn FnOnce(Option<&str>)>> = Vec::new();
+        let mut replies: Vec<Reply> = Vec::new();
         let outcome = (|| -> Result<()> {
             let tx = conn.transaction()?;
             for cmd in batch.drain(..) {

@@ -192,8 +192,8 @@ impl ClaudeDecoder {
             }
             "assistant" => {
                 let Some(msg) = l.message else { return push(out, unknown(raw)) };
-                if parent.is_none() && msg.model.0.as_deref() != Some("<synthetic>") {
-                    if let Some(id) = msg.id.0.as_deref()
+                if parent.is_none() && msg.model.0.as_deref() != Some("<synthetic>")
+                    && let Some(id) = msg.id.0.as_deref()
                         && self.last_message_id.as_deref() != Some(id)
                     {
                         self.turns += 1;
@@ -202,7 +202,6 @@ impl ClaudeDecoder {
                             self.usage.add(&u);
                         }
                     }
-                }
                 blocks(msg.content, false, raw, &push, out);
             }
             "user" => {

@@ -12,7 +12,7 @@ use crate::state;
 pub fn dispatch(cli: Cli) -> anyhow::Result<u8> {
     let paths = state::resolve(cli.state_dir.as_deref())?;
     match cli.command {
-        Command::Task(args) => task::run(paths, args),
+        Command::Task(args) => task::run(paths, *args),
         Command::Ps(args) => inspect::ps(paths, args),
         Command::Show(args) => inspect::show(paths, args),
         Command::Logs(args) => inspect::logs(paths, args),
