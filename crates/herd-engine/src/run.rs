@@ -189,6 +189,9 @@ struct RunState<'e> {
     stderr_log: Option<std::fs::File>,
     max_output: Option<u64>,
     progress: Option<watch::Sender<Progress>>,
+    /// Progress not yet published (published only after a flush: persisted before shown).
+    pending: Progress,
+    last_progress: Instant,
     obs: Observed,
     stop_reason: Option<StopReason>,
     ladder: Ladder,
@@ -217,6 +220,8 @@ impl<'e> RunState<'e> {
                 .ok(),
             max_output: req.max_output_bytes,
             progress,
+            pending: Progress::default(),
+            last_progress: Instant::now(),
             obs: Observed::default(),
             stop_reason: None,
             ladder: Ladder::Idle,
@@ -390,15 +395,19 @@ impl<'e> RunState<'e> {
         }
         let n = evs.len() as u64;
         self.engine.writer().append(&self.id, evs).await?;
-        if let Some(p) = &self.progress {
-            p.send_modify(|p| {
-                p.turns = self.decoder.turns();
-                p.usage = self.decoder.usage();
-                p.events += n;
-                if tool.is_some() {
-                    p.current_tool = tool;
-                }
-            });
+        self.pending.events += n;
+        if tool.is_some() {
+            self.pending.current_tool = tool;
+        }
+        // Shown only once stored: flush before publishing, at most every 100 ms.
+        if self.progress.is_some() && self.last_progress.elapsed() >= Duration::from_millis(100) {
+            self.engine.writer().flush().await?;
+            self.pending.turns = self.decoder.turns();
+            self.pending.usage = self.decoder.usage();
+            if let Some(p) = &self.progress {
+                p.send_replace(self.pending.clone());
+            }
+            self.last_progress = Instant::now();
         }
         // The terminal event arrived: end the input so the CLI exits (stdin held until result).
         if got_result && self.backend.holds_stdin() {

@@ -192,16 +192,17 @@ impl ClaudeDecoder {
             }
             "assistant" => {
                 let Some(msg) = l.message else { return push(out, unknown(raw)) };
-                if parent.is_none() && msg.model.0.as_deref() != Some("<synthetic>")
+                if parent.is_none()
+                    && msg.model.0.as_deref() != Some("<synthetic>")
                     && let Some(id) = msg.id.0.as_deref()
-                        && self.last_message_id.as_deref() != Some(id)
-                    {
-                        self.turns += 1;
-                        self.last_message_id = Some(id.to_owned());
-                        if let Some(u) = msg.usage.0 {
-                            self.usage.add(&u);
-                        }
+                    && self.last_message_id.as_deref() != Some(id)
+                {
+                    self.turns += 1;
+                    self.last_message_id = Some(id.to_owned());
+                    if let Some(u) = msg.usage.0 {
+                        self.usage.add(&u);
                     }
+                }
                 blocks(msg.content, false, raw, &push, out);
             }
             "user" => {
