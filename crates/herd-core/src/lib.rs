@@ -1,8 +1,11 @@
 //! herd-core: the types and rules every other herd crate shares.
-//! Pure: no I/O, no async — ids, statuses with their legal transitions, and the event vocabulary.
+//! Pure: no I/O, no async — ids, statuses and transitions, events, plans, scheduling, context.
 
+pub mod context;
 pub mod event;
 pub mod id;
+pub mod plan;
+pub mod scheduler;
 pub mod status;
 
 pub use event::{
