@@ -106,7 +106,7 @@ pub enum Verdict {
 }
 
 /// Turns an agent's stdout, line by line, into herd events.
-pub trait Decoder: Send {
+pub trait Decoder: Send + Sync {
     /// Decode one line (without its newline). Never panics, whatever the bytes.
     fn decode(&mut self, line: &[u8], out: &mut Vec<Decoded>);
     /// Model turns seen so far (top-level assistant messages).

@@ -39,7 +39,8 @@ pub fn resolve_program(
     if name.contains('/') {
         let p = PathBuf::from(name);
         return if is_executable(&p) {
-            Ok(p)
+            // Absolute, so a child started in another directory still finds it.
+            Ok(std::path::absolute(&p).unwrap_or(p))
         } else {
             Err(ProgramNotFound::NotOnPath { name: name.into(), var: var.into() })
         };

@@ -29,6 +29,9 @@ pub enum Command {
     /// Run one subagent on a prompt and wait for it
     #[command(after_help = TASK_HELP)]
     Task(Box<TaskArgs>),
+    /// Run a plan of steps (YAML or JSON): in parallel up to a bound, each after its dependencies
+    #[command(after_help = RUN_HELP)]
+    Run(RunArgs),
     /// List subagents (running ones; --all for every one)
     Ps(PsArgs),
     /// Show one subagent: status, reason, usage, result
@@ -103,6 +106,34 @@ pub struct TaskArgs {
     /// For --cli command: the program and its arguments
     #[arg(last = true, value_name = "PROGRAM ARGS")]
     pub command: Vec<String>,
+}
+
+const RUN_HELP: &str = "\
+A plan file:
+  name: review
+  limits: {max_concurrent: 3, budget_usd: 2.0, timeout: 20m}
+  defaults: {cli: claude, allow: [Read]}
+  steps:
+    - {id: scan, prompt: \"List the risky functions\"}
+    - {id: fix, prompt: \"Fix the first one\", depends_on: [scan], retries: 1}
+
+A step starts when all its depends_on completed; a failed step fails its descendants
+(dependency_failed) while independent steps go on. Each dependent gets its dependencies'
+results in its prompt. Exit 0 only if every step completed.";
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The plan file (.yml, .yaml or .json)
+    pub plan: PathBuf,
+    /// Run at most this many steps at once (1-20; overrides limits.max_concurrent, default 5)
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=20))]
+    pub max_concurrent: Option<u32>,
+    /// Validate and print the layers, start nothing
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Print one JSON object at the end instead of the table
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]

@@ -201,7 +201,7 @@ impl PlanFile {
             add(None, "limits.max_concurrent".into(), format!("{n} is out of range 1..=20"));
         }
         if let Some(b) = lim.budget_usd
-            && !(b > 0.0)
+            && (b.is_nan() || b <= 0.0)
         {
             add(None, "limits.budget_usd".into(), format!("{b} must be a positive amount"));
         }

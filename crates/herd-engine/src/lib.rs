@@ -3,6 +3,7 @@
 
 pub mod guard;
 pub mod lines;
+pub mod plan;
 pub mod procfs;
 mod run;
 mod supervisor;
@@ -21,6 +22,8 @@ pub use supervisor::{Child, GuardCommand, SpawnError, child_env};
 pub enum EngineError {
     #[error(transparent)]
     Store(#[from] StoreError),
+    #[error("a subagent task ended abnormally: {0}")]
+    Task(String),
 }
 
 /// Tunables, with the defaults of DESIGN §4.

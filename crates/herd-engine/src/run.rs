@@ -107,8 +107,12 @@ impl Engine {
         stop: watch::Receiver<StopLevel>,
         progress: Option<watch::Sender<Progress>>,
     ) -> Result<TaskReport, EngineError> {
-        let backend = req.backend.backend();
-        let env = child_env(std::env::vars(), backend.env_prefixes(), &req.env);
+        self.create_run(&id, &req)?;
+        self.start_run(id, req, stop, progress).await
+    }
+
+    /// Persist subagent `id` (status `pending`) with its contract, before any process exists.
+    pub fn create_run(&self, id: &SubagentId, req: &TaskRequest) -> Result<(), EngineError> {
         let env_keys: Vec<&str> = req.env.iter().map(|(k, _)| k.as_str()).collect();
         let me = std::process::id();
         self.store().create_subagent(&NewSubagent {
@@ -130,6 +134,19 @@ impl Engine {
             owner_pid: me,
             owner_start_time: procfs::start_time(me),
         })?;
+        Ok(())
+    }
+
+    /// Run a subagent persisted by [`create_run`](Self::create_run).
+    pub async fn start_run(
+        &self,
+        id: SubagentId,
+        req: TaskRequest,
+        stop: watch::Receiver<StopLevel>,
+        progress: Option<watch::Sender<Progress>>,
+    ) -> Result<TaskReport, EngineError> {
+        let backend = req.backend.backend();
+        let env = child_env(std::env::vars(), backend.env_prefixes(), &req.env);
         let mut run = RunState::new(self, &id, backend, &req, progress)?;
         let started = Instant::now();
 

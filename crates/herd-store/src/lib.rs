@@ -3,11 +3,13 @@
 
 mod migrate;
 mod model;
+mod plans;
 mod store;
 mod transcript;
 mod writer;
 
 pub use model::{NewSubagent, StoredEvent, SubagentRow, Update};
+pub use plans::{NewStep, OrchestrationRow, PlanEvent, StepRow};
 pub use store::{OrphanCandidate, StatePaths, Store, orphaned_update};
 pub use transcript::{Meta, Transcript};
 pub use writer::{Writer, WriterHandle};

@@ -67,6 +67,61 @@ CREATE TABLE events (
     PRIMARY KEY (subagent_id, seq)
 ) WITHOUT ROWID;
 "#,
+    // 2: plans (seed 000's orchestrations and orchestration_steps) and their own event log.
+    r#"
+CREATE TABLE orchestrations (
+    id                  TEXT PRIMARY KEY,
+    parent_session_id   TEXT NOT NULL REFERENCES sessions(id),
+    name                TEXT NOT NULL,
+    strategy            TEXT NOT NULL CHECK (strategy IN ('parallel','sequential','dag')),
+    status              TEXT NOT NULL DEFAULT 'pending'
+        CHECK (status IN ('pending','running','completed','failed','cancelled')),
+    total_steps         INTEGER NOT NULL,
+    completed_steps     INTEGER NOT NULL DEFAULT 0,
+    failed_steps        INTEGER NOT NULL DEFAULT 0,
+    plan                TEXT NOT NULL,
+    source_file         TEXT,
+    cost_usd            REAL NOT NULL DEFAULT 0,
+    input_tokens        INTEGER NOT NULL DEFAULT 0,
+    output_tokens       INTEGER NOT NULL DEFAULT 0,
+    owner_pid           INTEGER,
+    owner_start_time    INTEGER,
+    created_at          INTEGER NOT NULL,
+    completed_at        INTEGER
+);
+CREATE INDEX idx_orchestrations_parent ON orchestrations(parent_session_id);
+CREATE TABLE orchestration_steps (
+    id                          TEXT PRIMARY KEY,
+    orchestration_id            TEXT NOT NULL REFERENCES orchestrations(id) ON DELETE CASCADE,
+    step_key                    TEXT NOT NULL,
+    subagent_id                 TEXT REFERENCES subagents(id),
+    name                        TEXT NOT NULL,
+    prompt                      TEXT NOT NULL,
+    model                       TEXT,
+    working_directory           TEXT,
+    allowed_tools               TEXT,
+    depends_on                  TEXT,
+    auto_approve_permissions    INTEGER NOT NULL DEFAULT 0,
+    status                      TEXT NOT NULL DEFAULT 'pending'
+        CHECK (status IN ('pending','running','completed','failed','blocked','cancelled')),
+    failure_reason              TEXT,
+    attempts                    INTEGER NOT NULL DEFAULT 0,
+    contract                    TEXT NOT NULL,
+    sequence                    INTEGER NOT NULL,
+    created_at                  INTEGER NOT NULL,
+    completed_at                INTEGER
+);
+CREATE INDEX idx_orch_steps ON orchestration_steps(orchestration_id, sequence);
+CREATE TABLE plan_events (
+    orchestration_id    TEXT NOT NULL REFERENCES orchestrations(id),
+    seq                 INTEGER NOT NULL,
+    ts                  INTEGER NOT NULL,
+    kind                TEXT NOT NULL,
+    step_key            TEXT,
+    payload             TEXT NOT NULL,
+    PRIMARY KEY (orchestration_id, seq)
+) WITHOUT ROWID;
+"#,
 ];
 
 /// The schema version this build writes.

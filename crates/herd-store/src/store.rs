@@ -82,6 +82,14 @@ impl Store {
         &self.paths
     }
 
+    pub(crate) fn conn(&self) -> &Connection {
+        &self.conn
+    }
+
+    pub(crate) fn conn_mut(&mut self) -> &mut Connection {
+        &mut self.conn
+    }
+
     /// SQLite's library version.
     pub fn sqlite_version() -> &'static str {
         rusqlite::version()

@@ -4,6 +4,8 @@
 mod cancel;
 mod doctor;
 mod inspect;
+mod plan;
+mod signals;
 mod task;
 
 use crate::cli::{Cli, Command};
@@ -13,6 +15,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<u8> {
     let paths = state::resolve(cli.state_dir.as_deref())?;
     match cli.command {
         Command::Task(args) => task::run(paths, *args),
+        Command::Run(args) => plan::run(paths, args),
         Command::Ps(args) => inspect::ps(paths, args),
         Command::Show(args) => inspect::show(paths, args),
         Command::Logs(args) => inspect::logs(paths, args),

@@ -83,7 +83,7 @@ async fn run_async(paths: StatePaths, req: TaskRequest, json_out: bool) -> anyho
     let engine = Engine::open(paths, guard, "cli")?;
     let id = SubagentId::generate();
     let (stop_tx, stop_rx) = watch::channel(StopLevel::None);
-    tokio::spawn(forward_signals(stop_tx));
+    tokio::spawn(super::signals::forward(stop_tx));
     let live = std::io::stderr().is_terminal();
     let (prog_tx, prog_rx) = watch::channel(Progress::default());
     let display = live.then(|| tokio::spawn(show_progress(id.clone(), req.backend, prog_rx)));
@@ -97,30 +97,6 @@ async fn run_async(paths: StatePaths, req: TaskRequest, json_out: bool) -> anyho
     let report = report?;
     print_report(&report, json_out, live)?;
     Ok(exit_code(&report))
-}
-
-/// First Ctrl-C (or SIGTERM): stop gracefully. Second: kill.
-async fn forward_signals(stop: watch::Sender<StopLevel>) {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut int), Ok(mut term)) =
-        (signal(SignalKind::interrupt()), signal(SignalKind::terminate()))
-    else {
-        return;
-    };
-    let mut level = StopLevel::None;
-    loop {
-        tokio::select! {
-            _ = int.recv() => {}
-            _ = term.recv() => {}
-        }
-        level = if level == StopLevel::None { StopLevel::Graceful } else { StopLevel::Force };
-        if level == StopLevel::Graceful && std::io::stderr().is_terminal() {
-            eprintln!("\r\x1b[2Kherd: stopping… (Ctrl-C again to kill)");
-        }
-        if stop.send(level).is_err() {
-            return;
-        }
-    }
 }
 
 async fn show_progress(id: SubagentId, cli: BackendKind, rx: watch::Receiver<Progress>) {

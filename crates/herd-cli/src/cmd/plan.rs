@@ -1,0 +1,194 @@
+//! `herd run PLAN`: validate (exit 2 on any problem, nothing started), then run every step —
+//! a live block of running steps on a terminal, plain lines when piped, a table or JSON at the end.
+
+use std::io::{IsTerminal, Write};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use herd_core::plan::Plan;
+use herd_engine::plan::{DEFAULT_SUMMARY_CAP, PlanOptions, PlanReport, PlanUpdate};
+use herd_engine::{Engine, GuardCommand, StopLevel};
+use herd_store::StatePaths;
+use serde_json::json;
+use tokio::sync::{mpsc, watch};
+
+use crate::cli::RunArgs;
+use crate::{UsageError, exit, fmt};
+
+pub fn run(paths: StatePaths, a: RunArgs) -> anyhow::Result<u8> {
+    let file = a.plan.display().to_string();
+    let src = std::fs::read_to_string(&a.plan)
+        .map_err(|e| UsageError(format!("cannot read plan {file}: {e}")))?;
+    let plan = Plan::from_source(&file, &src).map_err(|e| UsageError(e.to_string()))?;
+    if a.dry_run {
+        return dry_run(&plan, a.json);
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    rt.block_on(run_async(paths, plan, a, file))
+}
+
+fn dry_run(plan: &Plan, json_out: bool) -> anyhow::Result<u8> {
+    let layers = plan.layers();
+    let mut out = std::io::stdout().lock();
+    if json_out {
+        let ids: Vec<Vec<&str>> =
+            layers.iter().map(|l| l.iter().map(|&i| plan.steps[i].id.as_str()).collect()).collect();
+        writeln!(out, "{}", json!({"name": plan.name, "steps": plan.steps.len(), "layers": ids}))?;
+        return Ok(exit::COMPLETED);
+    }
+    writeln!(
+        out,
+        "plan {}: {} steps in {} layers (valid)",
+        plan.name,
+        plan.steps.len(),
+        layers.len()
+    )?;
+    for (n, layer) in layers.iter().enumerate() {
+        let names: Vec<String> = layer
+            .iter()
+            .map(|&i| {
+                let s = &plan.steps[i];
+                format!("{} ({})", s.id, s.fields.cli.as_deref().unwrap_or("claude"))
+            })
+            .collect();
+        writeln!(out, "  layer {}: {}", n + 1, names.join(", "))?;
+    }
+    Ok(exit::COMPLETED)
+}
+
+async fn run_async(paths: StatePaths, plan: Plan, a: RunArgs, file: String) -> anyhow::Result<u8> {
+    let guard = GuardCommand::current_exe().context("cannot find the herd executable")?;
+    let engine = Arc::new(Engine::open(paths, guard, "cli")?);
+    let (stop_tx, stop_rx) = watch::channel(StopLevel::None);
+    tokio::spawn(super::signals::forward(stop_tx));
+    let (tx, rx) = mpsc::unbounded_channel();
+    let live = std::io::stderr().is_terminal();
+    let display = tokio::spawn(show(rx, live));
+    let opts = PlanOptions {
+        max_concurrent: a.max_concurrent.map(|n| n as usize),
+        base_dir: std::env::current_dir()?,
+        source_file: Some(file),
+        summary_cap: DEFAULT_SUMMARY_CAP,
+    };
+    let report = engine.run_plan(&plan, opts, stop_rx, Some(tx)).await;
+    let _ = display.await;
+    let engine = Arc::into_inner(engine).context("the engine is still in use")?;
+    engine.shutdown().await?;
+    let report = report?;
+    print(&report, a.json)?;
+    Ok(match report.status.as_str() {
+        "completed" => exit::COMPLETED,
+        "cancelled" => exit::CANCELLED,
+        _ => exit::FAILED,
+    })
+}
+
+/// Progress: a redrawn block on a terminal, one line per change when piped.
+async fn show(mut rx: mpsc::UnboundedReceiver<PlanUpdate>, live: bool) {
+    let mut running: Vec<(String, Instant)> = Vec::new();
+    let mut counts = String::new();
+    let mut drawn = 0usize;
+    let mut tick = tokio::time::interval(Duration::from_millis(200));
+    let mut err = std::io::stderr();
+    loop {
+        let update = tokio::select! {
+            u = rx.recv() => match u { Some(u) => Some(u), None => break },
+            _ = tick.tick(), if live => None,
+        };
+        match update {
+            Some(PlanUpdate::Started { step, subagent, attempt }) => {
+                if !live {
+                    let again =
+                        if attempt > 1 { format!(" (attempt {attempt})") } else { String::new() };
+                    let _ = writeln!(err, "herd: {step} started{again} as {subagent}");
+                }
+                running.retain(|(s, _)| *s != step);
+                running.push((step, Instant::now()));
+            }
+            Some(PlanUpdate::Finished { step, status, reason }) => {
+                running.retain(|(s, _)| *s != step);
+                let why = reason.map(|r| format!(": {r}")).unwrap_or_default();
+                if live {
+                    let _ = write!(err, "\x1b[{drawn}A\x1b[J");
+                    drawn = 0;
+                }
+                let _ = writeln!(err, "herd: {step} {status}{why}");
+            }
+            Some(PlanUpdate::Counts { running: r, queued, done, failed, total }) => {
+                counts =
+                    format!("{done}/{total} done, {failed} failed, {r} running, {queued} queued");
+            }
+            None => {}
+        }
+        if live {
+            let mut block = String::new();
+            for (s, t) in &running {
+                block.push_str(&format!("  ⠿ {s} · {:.1}s\n", t.elapsed().as_secs_f64()));
+            }
+            block.push_str(&format!("  {counts}\n"));
+            let up = if drawn > 0 { format!("\x1b[{drawn}A") } else { String::new() };
+            let _ = write!(err, "{up}\x1b[J{block}");
+            drawn = running.len() + 1;
+        }
+    }
+    if live && drawn > 0 {
+        let _ = write!(err, "\x1b[{drawn}A\x1b[J");
+    }
+}
+
+fn print(r: &PlanReport, json_out: bool) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    if json_out {
+        let steps: Vec<_> = r
+            .steps
+            .iter()
+            .map(|s| {
+                json!({
+                    "id": s.id, "status": s.status, "failure_reason": s.failure_reason,
+                    "subagent_id": s.subagent_id, "attempts": s.attempts,
+                    "cost_usd": s.cost_usd, "duration_ms": s.duration_ms,
+                    "usage": {"input_tokens": s.usage.input_tokens, "output_tokens": s.usage.output_tokens},
+                })
+            })
+            .collect();
+        let v = json!({
+            "id": r.id, "status": r.status, "steps": steps, "cost_usd": r.cost_usd,
+            "usage": {"input_tokens": r.usage.input_tokens, "output_tokens": r.usage.output_tokens},
+        });
+        writeln!(out, "{v}")?;
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "{:<20}  {:<10}  {:>8}  {:>7}  {:>8}  REASON",
+        "STEP", "STATUS", "DURATION", "TOKENS", "COST"
+    )?;
+    for s in &r.steps {
+        writeln!(
+            out,
+            "{:<20}  {:<10}  {:>8}  {:>7}  {:>8}  {}",
+            fmt::oneline(&s.id, 20),
+            s.status,
+            s.duration_ms.map_or_else(|| "-".into(), |d| fmt::duration_ms(d as i64)),
+            fmt::count(s.usage.input_tokens + s.usage.output_tokens),
+            fmt::cost(s.cost_usd),
+            s.failure_reason.as_deref().unwrap_or("")
+        )?;
+    }
+    let done = r.steps.iter().filter(|s| s.status == "completed").count();
+    writeln!(
+        out,
+        "plan {} {}: {done}/{} steps completed, {} tokens, {}",
+        r.id,
+        r.status,
+        r.steps.len(),
+        fmt::count(r.usage.input_tokens + r.usage.output_tokens),
+        fmt::cost(Some(r.cost_usd))
+    )?;
+    Ok(())
+}

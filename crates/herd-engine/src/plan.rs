@@ -1,0 +1,393 @@
+//! Running a validated plan: the pure scheduler decides, this module acts — persists the plan
+//! and its steps, starts subagents with their dependencies' results as context, rolls up cost.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use herd_backends::{BackendKind, RunSpec};
+use herd_core::context::{Part, assemble, fair_share};
+use herd_core::plan::{Plan, Step, parse_duration};
+use herd_core::scheduler::{Action, Scheduler};
+use herd_core::{Status, SubagentId, Usage};
+use herd_store::NewStep;
+use serde::Serialize;
+use serde_json::json;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinSet;
+
+use crate::{Engine, EngineError, StopLevel, TaskReport, TaskRequest, procfs};
+
+/// All dependencies' results together are capped at this many bytes in a step's prompt.
+pub const DEFAULT_SUMMARY_CAP: usize = 16 * 1024;
+/// Default pool bound.
+pub const DEFAULT_MAX_CONCURRENT: usize = 5;
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+
+/// How to run a plan.
+#[derive(Debug, Clone)]
+pub struct PlanOptions {
+    /// Overrides `limits.max_concurrent`.
+    pub max_concurrent: Option<usize>,
+    /// Relative step `cwd`s resolve against this (the plan file's directory).
+    pub base_dir: PathBuf,
+    pub source_file: Option<String>,
+    pub summary_cap: usize,
+}
+
+/// What happened to one step.
+#[derive(Debug, Clone, Serialize)]
+pub struct StepOutcome {
+    pub id: String,
+    pub status: String,
+    pub failure_reason: Option<String>,
+    pub subagent_id: Option<String>,
+    pub attempts: u32,
+    pub cost_usd: Option<f64>,
+    pub duration_ms: Option<u64>,
+    pub usage: Usage,
+}
+
+/// How a plan run ended.
+#[derive(Debug, Clone, Serialize)]
+pub struct PlanReport {
+    pub id: String,
+    pub status: String,
+    pub steps: Vec<StepOutcome>,
+    pub cost_usd: f64,
+    pub usage: Usage,
+}
+
+/// Live updates for a progress display.
+#[derive(Debug, Clone)]
+pub enum PlanUpdate {
+    Started { step: String, subagent: SubagentId, attempt: u32 },
+    Finished { step: String, status: String, reason: Option<String> },
+    Counts { running: usize, queued: usize, done: usize, failed: usize, total: usize },
+}
+
+fn step_request(
+    step: &Step,
+    prompt: String,
+    base: &Path,
+    plan_timeout: Option<Duration>,
+) -> TaskRequest {
+    let f = &step.fields;
+    let backend = match f.cli.as_deref() {
+        Some("command") => BackendKind::Command,
+        _ => BackendKind::Claude,
+    };
+    let cwd = match &f.cwd {
+        Some(c) if Path::new(c).is_absolute() => PathBuf::from(c),
+        Some(c) => base.join(c),
+        None => base.to_path_buf(),
+    };
+    TaskRequest {
+        name: Some(step.id.clone()),
+        backend,
+        spec: RunSpec {
+            prompt,
+            model: f.model.clone(),
+            tools: f.tools.clone(),
+            allow: f.allow.clone().unwrap_or_default(),
+            deny: f.deny.clone().unwrap_or_default(),
+            max_turns: f.max_turns,
+            append_system_prompt: None,
+            resume: None,
+            command: f.command.clone().unwrap_or_default(),
+        },
+        cwd,
+        env: Vec::new(),
+        timeout: f
+            .timeout
+            .as_deref()
+            .and_then(|t| parse_duration(t).ok())
+            .or(plan_timeout)
+            .unwrap_or(DEFAULT_TIMEOUT),
+        max_output_bytes: None,
+    }
+}
+
+/// The seed-003 delegation contract of a step.
+fn contract(plan_id: &str, plan: &Plan, i: usize, timeout: Duration) -> serde_json::Value {
+    let s = &plan.steps[i];
+    let f = &s.fields;
+    json!({
+        "parent": {"run_id": plan_id, "step_idx": i, "task_prompt": f.prompt, "goal_summary": plan.name},
+        "step": {"id": s.id, "title": f.name.clone().unwrap_or_else(|| s.id.clone()), "depends_on": s.depends_on},
+        "permissions": {
+            "allowed_tools": f.tools, "allow": f.allow, "deny": f.deny,
+            "can_spawn_children": false, "max_delegation_depth": 0,
+        },
+        "execution": {
+            "cli": f.cli.clone().unwrap_or_else(|| "claude".into()),
+            "attempt_timeout_ms": timeout.as_millis() as u64,
+            "max_retries": f.retries.unwrap_or(0), "max_turns": f.max_turns,
+            "close_on_completion": true,
+        },
+        "outputs": {"paths": f.outputs.clone().unwrap_or_default()},
+    })
+}
+
+struct Done {
+    step: usize,
+    attempt: u32,
+    report: Result<TaskReport, EngineError>,
+}
+
+impl Engine {
+    /// Run `plan` to the end. Every step ends `completed`, `failed` (with a reason such as
+    /// `dependency_failed(x)`), or `cancelled`.
+    pub async fn run_plan(
+        self: &Arc<Self>,
+        plan: &Plan,
+        opts: PlanOptions,
+        mut stop: watch::Receiver<StopLevel>,
+        updates: Option<mpsc::UnboundedSender<PlanUpdate>>,
+    ) -> Result<PlanReport, EngineError> {
+        let plan_id = format!("pln_{}", SubagentId::generate());
+        let plan_timeout = plan.limits.timeout.as_deref().and_then(|t| parse_duration(t).ok());
+        let bound = opts
+            .max_concurrent
+            .or(plan.limits.max_concurrent.map(|n| n as usize))
+            .unwrap_or(DEFAULT_MAX_CONCURRENT)
+            .clamp(1, 20);
+        let n = plan.steps.len();
+        let new_steps: Vec<NewStep> = (0..n)
+            .map(|i| {
+                let s = &plan.steps[i];
+                let req = step_request(s, String::new(), &opts.base_dir, plan_timeout);
+                NewStep {
+                    key: s.id.clone(),
+                    name: s.fields.name.clone().unwrap_or_else(|| s.id.clone()),
+                    prompt: s.fields.prompt.clone().unwrap_or_default(),
+                    model: s.fields.model.clone(),
+                    cwd: Some(req.cwd.display().to_string()),
+                    tools: s.fields.tools.clone(),
+                    depends_on: s.depends_on.clone(),
+                    contract: contract(&plan_id, plan, i, req.timeout),
+                }
+            })
+            .collect();
+        let me = std::process::id();
+        self.store().create_orchestration(
+            &plan_id,
+            &self.session_id,
+            &plan.name,
+            &format!("{:?}", plan.strategy).to_lowercase(),
+            &serde_json::to_value(plan).unwrap_or_default(),
+            opts.source_file.as_deref(),
+            &new_steps,
+            (me, procfs::start_time(me)),
+        )?;
+        self.store().finish_orchestration(&plan_id, "running", 0.0, 0, 0)?;
+
+        let deps: Vec<Vec<usize>> = plan.steps.iter().map(|s| s.deps.clone()).collect();
+        let retries: Vec<u32> = plan.steps.iter().map(|s| s.fields.retries.unwrap_or(0)).collect();
+        let mut sched = Scheduler::new(&deps, &retries, bound);
+        let mut outcomes: Vec<StepOutcome> = plan
+            .steps
+            .iter()
+            .map(|s| StepOutcome {
+                id: s.id.clone(),
+                status: "pending".into(),
+                failure_reason: None,
+                subagent_id: None,
+                attempts: 0,
+                cost_usd: None,
+                duration_ms: None,
+                usage: Usage::default(),
+            })
+            .collect();
+        let mut results: HashMap<usize, String> = HashMap::new();
+        let mut running: JoinSet<Done> = JoinSet::new();
+        let (mut cost, mut usage) = (0.0f64, Usage::default());
+        let mut cancelled = false;
+        let send = |u: PlanUpdate| {
+            if let Some(tx) = &updates {
+                let _ = tx.send(u);
+            }
+        };
+        let mut actions = sched.start();
+        loop {
+            for action in std::mem::take(&mut actions) {
+                match action {
+                    Action::Start { step, attempt } => {
+                        let s = &plan.steps[step];
+                        let prompt = self.step_prompt(plan, step, &results, opts.summary_cap);
+                        let req = step_request(s, prompt, &opts.base_dir, plan_timeout);
+                        let id = SubagentId::generate();
+                        self.create_run(&id, &req)?;
+                        self.store().set_step(
+                            &plan_id,
+                            &s.id,
+                            "running",
+                            Some(id.as_str()),
+                            None,
+                            Some(attempt),
+                        )?;
+                        outcomes[step].attempts = attempt;
+                        outcomes[step].subagent_id = Some(id.to_string());
+                        send(PlanUpdate::Started {
+                            step: s.id.clone(),
+                            subagent: id.clone(),
+                            attempt,
+                        });
+                        let engine = Arc::clone(self);
+                        let stop = stop.clone();
+                        running.spawn(async move {
+                            let report = engine.start_run(id, req, stop, None).await;
+                            Done { step, attempt, report }
+                        });
+                    }
+                    Action::DependencyFailed { step, cause } => {
+                        let reason = format!("dependency_failed({})", plan.steps[cause].id);
+                        self.store().set_step(
+                            &plan_id,
+                            &plan.steps[step].id,
+                            "failed",
+                            None,
+                            Some(&reason),
+                            None,
+                        )?;
+                        outcomes[step].status = "failed".into();
+                        outcomes[step].failure_reason = Some(reason.clone());
+                        send(PlanUpdate::Finished {
+                            step: plan.steps[step].id.clone(),
+                            status: "failed".into(),
+                            reason: Some(reason),
+                        });
+                    }
+                    Action::Skip { step } => {
+                        let why = if cancelled { "cancelled" } else { "budget_exhausted" };
+                        self.store().set_step(
+                            &plan_id,
+                            &plan.steps[step].id,
+                            "cancelled",
+                            None,
+                            Some(why),
+                            None,
+                        )?;
+                        outcomes[step].status = "cancelled".into();
+                        outcomes[step].failure_reason = Some(why.into());
+                    }
+                    Action::Finished { .. } => {}
+                }
+            }
+            let failed = outcomes.iter().filter(|o| o.status == "failed").count();
+            let done = outcomes
+                .iter()
+                .filter(|o| !matches!(o.status.as_str(), "pending" | "running"))
+                .count();
+            send(PlanUpdate::Counts {
+                running: sched.running(),
+                queued: sched.queued(),
+                done,
+                failed,
+                total: n,
+            });
+            if running.is_empty() {
+                break;
+            }
+            tokio::select! {
+                joined = running.join_next() => {
+                    let Some(joined) = joined else { continue };
+                    let Done { step, attempt, report } = match joined {
+                        Ok(d) => d,
+                        Err(e) => return Err(EngineError::Task(e.to_string())),
+                    };
+                    let report = report?;
+                    let key = plan.steps[step].id.clone();
+                    let ok = report.status == Status::Completed;
+                    cost += report.cost_usd.unwrap_or(0.0);
+                    usage.add(&report.usage);
+                    let o = &mut outcomes[step];
+                    if let Some(c) = report.cost_usd {
+                        o.cost_usd = Some(o.cost_usd.unwrap_or(0.0) + c);
+                    }
+                    o.duration_ms = Some(report.duration_ms);
+                    o.usage.add(&report.usage);
+                    let retrying = !ok && !cancelled && attempt <= plan.steps[step].fields.retries.unwrap_or(0);
+                    if ok {
+                        results.insert(step, report.result.clone().unwrap_or_default());
+                    }
+                    if !retrying {
+                        let status = report.status.to_string();
+                        let reason = report.failure.as_ref().map(ToString::to_string);
+                        self.store().set_step(&plan_id, &key, &status, None, reason.as_deref(), None)?;
+                        o.status = status.clone();
+                        o.failure_reason = reason.clone();
+                        send(PlanUpdate::Finished { step: key, status, reason });
+                    }
+                    actions = sched.on_finished(step, ok);
+                    if let Some(budget) = plan.limits.budget_usd
+                        && cost >= budget
+                    {
+                        actions.extend(sched.stop_starting());
+                    }
+                }
+                changed = stop.changed(), if !cancelled => {
+                    if changed.is_err() || *stop.borrow() != StopLevel::None {
+                        cancelled = true;
+                        actions = sched.stop_starting();
+                    }
+                }
+            }
+        }
+        let all_ok = outcomes.iter().all(|o| o.status == "completed");
+        let status = if all_ok {
+            "completed"
+        } else if cancelled {
+            "cancelled"
+        } else {
+            "failed"
+        };
+        self.store().finish_orchestration(
+            &plan_id,
+            status,
+            cost,
+            usage.input_tokens,
+            usage.output_tokens,
+        )?;
+        Ok(PlanReport {
+            id: plan_id,
+            status: status.into(),
+            steps: outcomes,
+            cost_usd: cost,
+            usage,
+        })
+    }
+
+    /// The step's prompt with its dependencies' results (untrusted, capped, escaped) before it.
+    fn step_prompt(
+        &self,
+        plan: &Plan,
+        step: usize,
+        results: &HashMap<usize, String>,
+        cap: usize,
+    ) -> String {
+        let s = &plan.steps[step];
+        let task = s.fields.prompt.clone().unwrap_or_default();
+        if s.deps.is_empty() {
+            return task;
+        }
+        let texts: Vec<&str> =
+            s.deps.iter().map(|d| results.get(d).map_or("", String::as_str)).collect();
+        let shared = fair_share(&texts, cap);
+        let parts: Vec<Part> = s
+            .deps
+            .iter()
+            .zip(shared)
+            .map(|(&d, text)| {
+                let dep = &plan.steps[d];
+                let mut content = format!("Result of step {}:\n{text}", dep.id);
+                if let Some(outs) = dep.fields.outputs.as_ref().filter(|o| !o.is_empty()) {
+                    content.push_str(&format!("\nFiles this step produced: {}", outs.join(", ")));
+                }
+                Part { source: format!("step:{}", dep.id), trusted: false, content }
+            })
+            .collect();
+        assemble(&parts, &task)
+    }
+}

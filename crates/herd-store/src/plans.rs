@@ -1,0 +1,270 @@
+//! Plan persistence: orchestrations, their steps (each with its delegation contract), and the
+//! per-plan event log with its own sequence. Written by the plan executor, read by `herd`.
+
+use rusqlite::{OptionalExtension, params};
+use serde::Serialize;
+
+use crate::{Result, Store, now_ms};
+
+/// A plan run as stored.
+#[derive(Debug, Clone, Serialize)]
+pub struct OrchestrationRow {
+    pub id: String,
+    pub name: String,
+    pub strategy: String,
+    pub status: String,
+    pub total_steps: u32,
+    pub completed_steps: u32,
+    pub failed_steps: u32,
+    pub cost_usd: f64,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub created_at: i64,
+    pub completed_at: Option<i64>,
+}
+
+/// A step as stored.
+#[derive(Debug, Clone, Serialize)]
+pub struct StepRow {
+    pub step_key: String,
+    pub name: String,
+    pub status: String,
+    pub failure_reason: Option<String>,
+    pub subagent_id: Option<String>,
+    pub attempts: u32,
+    pub sequence: u32,
+}
+
+/// One entry of a plan's own event log.
+#[derive(Debug, Clone, Serialize)]
+pub struct PlanEvent {
+    pub seq: i64,
+    pub kind: String,
+    pub step: Option<String>,
+    pub payload: String,
+}
+
+/// A step to insert with its plan.
+#[derive(Debug, Clone)]
+pub struct NewStep {
+    pub key: String,
+    pub name: String,
+    pub prompt: String,
+    pub model: Option<String>,
+    pub cwd: Option<String>,
+    pub tools: Option<Vec<String>>,
+    pub depends_on: Vec<String>,
+    pub contract: serde_json::Value,
+}
+
+impl Store {
+    /// Persist a plan run and all its steps (`pending`) in one transaction.
+    #[allow(clippy::too_many_arguments)]
+    pub fn create_orchestration(
+        &mut self,
+        id: &str,
+        session: &str,
+        name: &str,
+        strategy: &str,
+        plan: &serde_json::Value,
+        source_file: Option<&str>,
+        steps: &[NewStep],
+        owner: (u32, Option<u64>),
+    ) -> Result<()> {
+        let tx = self.conn_mut().transaction()?;
+        let now = now_ms();
+        tx.execute(
+            "INSERT INTO orchestrations (id, parent_session_id, name, strategy, total_steps, plan,
+                source_file, owner_pid, owner_start_time, created_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+            params![
+                id,
+                session,
+                name,
+                strategy,
+                steps.len() as i64,
+                plan.to_string(),
+                source_file,
+                owner.0,
+                owner.1.map(|v| v as i64),
+                now
+            ],
+        )?;
+        {
+            let mut ins = tx.prepare(
+                "INSERT INTO orchestration_steps (id, orchestration_id, step_key, name, prompt, model,
+                    working_directory, allowed_tools, depends_on, contract, sequence, created_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+            )?;
+            for (i, s) in steps.iter().enumerate() {
+                ins.execute(params![
+                    format!("{id}/{}", s.key),
+                    id,
+                    s.key,
+                    s.name,
+                    s.prompt,
+                    s.model,
+                    s.cwd,
+                    s.tools.as_ref().map(|t| serde_json::to_string(t).unwrap_or_default()),
+                    serde_json::to_string(&s.depends_on).unwrap_or_default(),
+                    s.contract.to_string(),
+                    i as i64,
+                    now
+                ])?;
+            }
+        }
+        tx.execute(
+            "INSERT INTO plan_events (orchestration_id, seq, ts, kind, step_key, payload)
+             VALUES (?1, 1, ?2, 'plan_created', NULL, ?3)",
+            params![id, now, serde_json::json!({"steps": steps.len()}).to_string()],
+        )?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Update a step's status (and optionally its subagent, reason, attempts); appends a plan event.
+    pub fn set_step(
+        &mut self,
+        orch: &str,
+        key: &str,
+        status: &str,
+        subagent: Option<&str>,
+        reason: Option<&str>,
+        attempt: Option<u32>,
+    ) -> Result<()> {
+        let tx = self.conn_mut().transaction()?;
+        let now = now_ms();
+        let done = matches!(status, "completed" | "failed" | "cancelled");
+        tx.execute(
+            "UPDATE orchestration_steps SET status = ?3,
+                subagent_id = COALESCE(?4, subagent_id),
+                failure_reason = COALESCE(?5, failure_reason),
+                attempts = COALESCE(?6, attempts),
+                completed_at = CASE WHEN ?7 THEN ?8 ELSE completed_at END
+             WHERE orchestration_id = ?1 AND step_key = ?2",
+            params![orch, key, status, subagent, reason, attempt, done, now],
+        )?;
+        let kind = match (status, attempt) {
+            ("running", Some(a)) if a > 1 => "subagent_attempt",
+            ("running", _) => "step_started",
+            ("completed", _) => "step_completed",
+            ("failed", _) => "step_failed",
+            _ => "step_cancelled",
+        };
+        let payload = serde_json::json!({
+            "status": status, "subagent_id": subagent, "reason": reason, "attempt": attempt,
+        });
+        append_plan_event(&tx, orch, now, kind, Some(key), &payload)?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Set the plan's status and roll-ups.
+    pub fn finish_orchestration(
+        &mut self,
+        orch: &str,
+        status: &str,
+        cost_usd: f64,
+        input_tokens: u64,
+        output_tokens: u64,
+    ) -> Result<()> {
+        let tx = self.conn_mut().transaction()?;
+        let now = now_ms();
+        let terminal = matches!(status, "completed" | "failed" | "cancelled");
+        tx.execute(
+            "UPDATE orchestrations SET status = ?2, cost_usd = ?3, input_tokens = ?4, output_tokens = ?5,
+                completed_steps = (SELECT COUNT(*) FROM orchestration_steps WHERE orchestration_id = ?1 AND status = 'completed'),
+                failed_steps = (SELECT COUNT(*) FROM orchestration_steps WHERE orchestration_id = ?1 AND status = 'failed'),
+                completed_at = CASE WHEN ?6 THEN ?7 ELSE completed_at END
+             WHERE id = ?1",
+            params![orch, status, cost_usd, input_tokens as i64, output_tokens as i64, terminal, now],
+        )?;
+        let payload = serde_json::json!({"status": status, "cost_usd": cost_usd});
+        append_plan_event(&tx, orch, now, &format!("plan_{status}"), None, &payload)?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    pub fn orchestration(&self, id: &str) -> Result<Option<OrchestrationRow>> {
+        Ok(self
+            .conn()
+            .query_row(
+                "SELECT id, name, strategy, status, total_steps, completed_steps, failed_steps, cost_usd,
+                    input_tokens, output_tokens, created_at, completed_at FROM orchestrations WHERE id = ?1",
+                [id],
+                |r| {
+                    Ok(OrchestrationRow {
+                        id: r.get(0)?,
+                        name: r.get(1)?,
+                        strategy: r.get(2)?,
+                        status: r.get(3)?,
+                        total_steps: r.get(4)?,
+                        completed_steps: r.get(5)?,
+                        failed_steps: r.get(6)?,
+                        cost_usd: r.get(7)?,
+                        input_tokens: r.get::<_, i64>(8)? as u64,
+                        output_tokens: r.get::<_, i64>(9)? as u64,
+                        created_at: r.get(10)?,
+                        completed_at: r.get(11)?,
+                    })
+                },
+            )
+            .optional()?)
+    }
+
+    pub fn steps(&self, orch: &str) -> Result<Vec<StepRow>> {
+        let mut stmt = self.conn().prepare(
+            "SELECT step_key, name, status, failure_reason, subagent_id, attempts, sequence
+             FROM orchestration_steps WHERE orchestration_id = ?1 ORDER BY sequence",
+        )?;
+        let rows = stmt
+            .query_map([orch], |r| {
+                Ok(StepRow {
+                    step_key: r.get(0)?,
+                    name: r.get(1)?,
+                    status: r.get(2)?,
+                    failure_reason: r.get(3)?,
+                    subagent_id: r.get(4)?,
+                    attempts: r.get(5)?,
+                    sequence: r.get(6)?,
+                })
+            })?
+            .collect::<rusqlite::Result<_>>()?;
+        Ok(rows)
+    }
+
+    /// Plan events in order.
+    pub fn plan_events(&self, orch: &str) -> Result<Vec<PlanEvent>> {
+        let mut stmt = self.conn().prepare(
+            "SELECT seq, kind, step_key, payload FROM plan_events WHERE orchestration_id = ?1 ORDER BY seq",
+        )?;
+        let rows = stmt
+            .query_map([orch], |r| {
+                Ok(PlanEvent {
+                    seq: r.get(0)?,
+                    kind: r.get(1)?,
+                    step: r.get(2)?,
+                    payload: r.get(3)?,
+                })
+            })?
+            .collect::<rusqlite::Result<_>>()?;
+        Ok(rows)
+    }
+}
+
+fn append_plan_event(
+    conn: &rusqlite::Connection,
+    orch: &str,
+    ts: i64,
+    kind: &str,
+    step: Option<&str>,
+    payload: &serde_json::Value,
+) -> Result<()> {
+    conn.execute(
+        "INSERT INTO plan_events (orchestration_id, seq, ts, kind, step_key, payload)
+         VALUES (?1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM plan_events WHERE orchestration_id = ?1),
+                 ?2, ?3, ?4, ?5)",
+        params![orch, ts, kind, step, payload.to_string()],
+    )?;
+    Ok(())
+}
