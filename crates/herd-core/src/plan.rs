@@ -138,20 +138,18 @@ fn merge(step: &StepFields, d: &StepFields) -> StepFields {
     f
 }
 
-/// The 1-based line of the `nth` step whose `id` is `id`, best effort (block-style YAML and
-/// one-key-per-line JSON).
-fn line_of(src: &str, id: &str, nth: usize) -> Option<usize> {
-    src.lines()
-        .enumerate()
-        .filter(|(_, l)| {
-            let t = l.trim_start().trim_start_matches("- ").trim_start();
-            let rest = t.strip_prefix("id:").or_else(|| t.strip_prefix("\"id\":"));
-            rest.is_some_and(|r| {
-                r.trim().trim_end_matches(',').trim_matches(|c| c == '"' || c == '\'') == id
-            })
-        })
-        .nth(nth)
-        .map(|(i, _)| i + 1)
+/// For each step id written as `id: x` / `"id": "x"` on its own line, the 1-based lines where it
+/// appears, in order (best effort: block-style YAML and one-key-per-line JSON). One pass.
+fn id_lines(src: &str) -> HashMap<&str, Vec<usize>> {
+    let mut out: HashMap<&str, Vec<usize>> = HashMap::new();
+    for (i, l) in src.lines().enumerate() {
+        let t = l.trim_start().trim_start_matches("- ").trim_start();
+        if let Some(rest) = t.strip_prefix("id:").or_else(|| t.strip_prefix("\"id\":")) {
+            let id = rest.trim().trim_end_matches(',').trim_matches(|c| c == '"' || c == '\'');
+            out.entry(id).or_default().push(i + 1);
+        }
+    }
+    out
 }
 
 /// Parse a duration like `90s`, `10m`, `1h`, or plain seconds.
@@ -211,9 +209,17 @@ impl PlanFile {
             add(None, "limits.timeout".into(), e);
         }
         let mut index: HashMap<&str, usize> = HashMap::new();
-        let nth = |i: usize| self.steps[..i].iter().filter(|p| p.id == self.steps[i].id).count();
-        let lines: Vec<Option<usize>> =
-            (0..self.steps.len()).map(|i| line_of(src, &self.steps[i].id, nth(i))).collect();
+        let where_ = id_lines(src);
+        let mut seen: HashMap<&str, usize> = HashMap::new();
+        let lines: Vec<Option<usize>> = self
+            .steps
+            .iter()
+            .map(|s| {
+                let nth = seen.entry(&s.id).or_insert(0);
+                *nth += 1;
+                where_.get(s.id.as_str()).and_then(|l| l.get(*nth - 1)).copied()
+            })
+            .collect();
         for (i, s) in self.steps.iter().enumerate() {
             let line = lines[i];
             let at = |f: &str| format!("steps[{i}] ({}).{f}", s.id);

@@ -11,7 +11,7 @@ use herd_core::context::{Part, assemble, fair_share};
 use herd_core::plan::{Plan, Step, parse_duration};
 use herd_core::scheduler::{Action, Scheduler};
 use herd_core::{Status, SubagentId, Usage};
-use herd_store::NewStep;
+use herd_store::{NewOrchestration, NewStep, StepChange};
 use serde::Serialize;
 use serde_json::json;
 use tokio::sync::{mpsc, watch};
@@ -171,18 +171,54 @@ impl Engine {
             })
             .collect();
         let me = std::process::id();
-        self.store().create_orchestration(
-            &plan_id,
-            &self.session_id,
-            &plan.name,
-            &format!("{:?}", plan.strategy).to_lowercase(),
-            &serde_json::to_value(plan).unwrap_or_default(),
-            opts.source_file.as_deref(),
-            &new_steps,
-            (me, procfs::start_time(me)),
-        )?;
-        self.store().finish_orchestration(&plan_id, "running", 0.0, 0, 0)?;
+        let w = self.writer();
+        w.create_orchestration(NewOrchestration {
+            id: plan_id.clone(),
+            session: self.session_id.clone(),
+            name: plan.name.clone(),
+            strategy: format!("{:?}", plan.strategy).to_lowercase(),
+            plan: serde_json::to_value(plan).unwrap_or_default(),
+            source_file: opts.source_file.clone(),
+            steps: new_steps,
+            owner_pid: me,
+            owner_start_time: procfs::start_time(me),
+        })
+        .await?;
+        w.finish_orchestration(&plan_id, "running", 0.0, Usage::default()).await?;
 
+        let mut running: JoinSet<Done> = JoinSet::new();
+        let outcome = self
+            .drive(
+                plan,
+                &plan_id,
+                &opts,
+                plan_timeout,
+                bound,
+                &mut running,
+                &mut stop,
+                updates.as_ref(),
+            )
+            .await;
+        // On an error, stop what still runs before reporting it.
+        running.shutdown().await;
+        outcome
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn drive(
+        self: &Arc<Self>,
+        plan: &Plan,
+        plan_id: &str,
+        opts: &PlanOptions,
+        plan_timeout: Option<Duration>,
+        bound: usize,
+        running: &mut JoinSet<Done>,
+        stop: &mut watch::Receiver<StopLevel>,
+        updates: Option<&mpsc::UnboundedSender<PlanUpdate>>,
+    ) -> Result<PlanReport, EngineError> {
+        let plan_id = plan_id.to_owned();
+        let n = plan.steps.len();
+        let mut results: HashMap<usize, String> = HashMap::new();
         let deps: Vec<Vec<usize>> = plan.steps.iter().map(|s| s.deps.clone()).collect();
         let retries: Vec<u32> = plan.steps.iter().map(|s| s.fields.retries.unwrap_or(0)).collect();
         let mut sched = Scheduler::new(&deps, &retries, bound);
@@ -200,12 +236,10 @@ impl Engine {
                 usage: Usage::default(),
             })
             .collect();
-        let mut results: HashMap<usize, String> = HashMap::new();
-        let mut running: JoinSet<Done> = JoinSet::new();
         let (mut cost, mut usage) = (0.0f64, Usage::default());
         let mut cancelled = false;
         let send = |u: PlanUpdate| {
-            if let Some(tx) = &updates {
+            if let Some(tx) = updates {
                 let _ = tx.send(u);
             }
         };
@@ -218,15 +252,16 @@ impl Engine {
                         let prompt = self.step_prompt(plan, step, &results, opts.summary_cap);
                         let req = step_request(s, prompt, &opts.base_dir, plan_timeout);
                         let id = SubagentId::generate();
-                        self.create_run(&id, &req)?;
-                        self.store().set_step(
+                        self.create_run(&id, &req).await?;
+                        self.set_step(
                             &plan_id,
                             &s.id,
                             "running",
-                            Some(id.as_str()),
+                            Some(id.to_string()),
                             None,
                             Some(attempt),
-                        )?;
+                        )
+                        .await?;
                         outcomes[step].attempts = attempt;
                         outcomes[step].subagent_id = Some(id.to_string());
                         send(PlanUpdate::Started {
@@ -243,14 +278,9 @@ impl Engine {
                     }
                     Action::DependencyFailed { step, cause } => {
                         let reason = format!("dependency_failed({})", plan.steps[cause].id);
-                        self.store().set_step(
-                            &plan_id,
-                            &plan.steps[step].id,
-                            "failed",
-                            None,
-                            Some(&reason),
-                            None,
-                        )?;
+                        let key = &plan.steps[step].id;
+                        self.set_step(&plan_id, key, "failed", None, Some(reason.clone()), None)
+                            .await?;
                         outcomes[step].status = "failed".into();
                         outcomes[step].failure_reason = Some(reason.clone());
                         send(PlanUpdate::Finished {
@@ -261,14 +291,9 @@ impl Engine {
                     }
                     Action::Skip { step } => {
                         let why = if cancelled { "cancelled" } else { "budget_exhausted" };
-                        self.store().set_step(
-                            &plan_id,
-                            &plan.steps[step].id,
-                            "cancelled",
-                            None,
-                            Some(why),
-                            None,
-                        )?;
+                        let key = &plan.steps[step].id;
+                        self.set_step(&plan_id, key, "cancelled", None, Some(why.into()), None)
+                            .await?;
                         outcomes[step].status = "cancelled".into();
                         outcomes[step].failure_reason = Some(why.into());
                     }
@@ -315,7 +340,7 @@ impl Engine {
                     if !retrying {
                         let status = report.status.to_string();
                         let reason = report.failure.as_ref().map(ToString::to_string);
-                        self.store().set_step(&plan_id, &key, &status, None, reason.as_deref(), None)?;
+                        self.set_step(&plan_id, &key, &status, None, reason.clone(), None).await?;
                         o.status = status.clone();
                         o.failure_reason = reason.clone();
                         send(PlanUpdate::Finished { step: key, status, reason });
@@ -343,13 +368,7 @@ impl Engine {
         } else {
             "failed"
         };
-        self.store().finish_orchestration(
-            &plan_id,
-            status,
-            cost,
-            usage.input_tokens,
-            usage.output_tokens,
-        )?;
+        self.writer().finish_orchestration(&plan_id, status, cost, usage).await?;
         Ok(PlanReport {
             id: plan_id,
             status: status.into(),
@@ -357,6 +376,26 @@ impl Engine {
             cost_usd: cost,
             usage,
         })
+    }
+
+    async fn set_step(
+        &self,
+        orch: &str,
+        key: &str,
+        status: &str,
+        subagent: Option<String>,
+        reason: Option<String>,
+        attempt: Option<u32>,
+    ) -> Result<(), EngineError> {
+        let change = StepChange {
+            orch: orch.into(),
+            key: key.into(),
+            status: status.into(),
+            subagent,
+            reason,
+            attempt,
+        };
+        Ok(self.writer().set_step(change).await?)
     }
 
     /// The step's prompt with its dependencies' results (untrusted, capped, escaped) before it.

@@ -107,33 +107,35 @@ impl Engine {
         stop: watch::Receiver<StopLevel>,
         progress: Option<watch::Sender<Progress>>,
     ) -> Result<TaskReport, EngineError> {
-        self.create_run(&id, &req)?;
+        self.create_run(&id, &req).await?;
         self.start_run(id, req, stop, progress).await
     }
 
     /// Persist subagent `id` (status `pending`) with its contract, before any process exists.
-    pub fn create_run(&self, id: &SubagentId, req: &TaskRequest) -> Result<(), EngineError> {
+    pub async fn create_run(&self, id: &SubagentId, req: &TaskRequest) -> Result<(), EngineError> {
         let env_keys: Vec<&str> = req.env.iter().map(|(k, _)| k.as_str()).collect();
         let me = std::process::id();
-        self.store().create_subagent(&NewSubagent {
-            id: id.clone(),
-            parent_session_id: self.session_id.clone(),
-            name: req.name.clone().unwrap_or_else(|| req.backend.to_string()),
-            cli: req.backend.to_string(),
-            prompt: req.spec.prompt.clone(),
-            model: req.spec.model.clone(),
-            working_directory: req.cwd.display().to_string(),
-            max_turns: req.spec.max_turns,
-            timeout_ms: Some(req.timeout.as_millis() as u64),
-            // The delegation contract. Explicit env values may be secrets: keys only.
-            spec: json!({
-                "cli": req.backend, "spec": req.spec, "cwd": req.cwd,
-                "timeout_ms": req.timeout.as_millis() as u64,
-                "max_output_bytes": req.max_output_bytes, "env_keys": env_keys,
-            }),
-            owner_pid: me,
-            owner_start_time: procfs::start_time(me),
-        })?;
+        self.writer()
+            .create_subagent(NewSubagent {
+                id: id.clone(),
+                parent_session_id: self.session_id.clone(),
+                name: req.name.clone().unwrap_or_else(|| req.backend.to_string()),
+                cli: req.backend.to_string(),
+                prompt: req.spec.prompt.clone(),
+                model: req.spec.model.clone(),
+                working_directory: req.cwd.display().to_string(),
+                max_turns: req.spec.max_turns,
+                timeout_ms: Some(req.timeout.as_millis() as u64),
+                // The delegation contract. Explicit env values may be secrets: keys only.
+                spec: json!({
+                    "cli": req.backend, "spec": req.spec, "cwd": req.cwd,
+                    "timeout_ms": req.timeout.as_millis() as u64,
+                    "max_output_bytes": req.max_output_bytes, "env_keys": env_keys,
+                }),
+                owner_pid: me,
+                owner_start_time: procfs::start_time(me),
+            })
+            .await?;
         Ok(())
     }
 
@@ -581,7 +583,7 @@ impl<'e> RunState<'e> {
                 },
             )
             .await?;
-        self.transcript.sync()?;
+        self.transcript.flush()?;
         let row = self.engine.store().get(&self.id)?;
         Meta {
             id: self.id.to_string(),

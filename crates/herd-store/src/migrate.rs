@@ -134,7 +134,7 @@ pub(crate) fn migrate(conn: &mut Connection, path: &str) -> Result<()> {
         return Err(StoreError::TooNew { path: path.into(), found: version, known: LATEST });
     }
     for (i, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
-        let tx = conn.transaction()?;
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
         tx.execute_batch(sql)?;
         tx.pragma_update(None, "user_version", (i + 1) as i64)?;
         tx.commit()?;

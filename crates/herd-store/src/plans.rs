@@ -1,7 +1,7 @@
 //! Plan persistence: orchestrations, their steps (each with its delegation contract), and the
 //! per-plan event log with its own sequence. Written by the plan executor, read by `herd`.
 
-use rusqlite::{OptionalExtension, params};
+use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 
 use crate::{Result, Store, now_ms};
@@ -57,121 +57,124 @@ pub struct NewStep {
     pub contract: serde_json::Value,
 }
 
-impl Store {
-    /// Persist a plan run and all its steps (`pending`) in one transaction.
-    #[allow(clippy::too_many_arguments)]
-    pub fn create_orchestration(
-        &mut self,
-        id: &str,
-        session: &str,
-        name: &str,
-        strategy: &str,
-        plan: &serde_json::Value,
-        source_file: Option<&str>,
-        steps: &[NewStep],
-        owner: (u32, Option<u64>),
-    ) -> Result<()> {
-        let tx = self.conn_mut().transaction()?;
-        let now = now_ms();
-        tx.execute(
-            "INSERT INTO orchestrations (id, parent_session_id, name, strategy, total_steps, plan,
+/// A plan run to persist with its steps.
+#[derive(Debug, Clone)]
+pub struct NewOrchestration {
+    pub id: String,
+    pub session: String,
+    pub name: String,
+    pub strategy: String,
+    pub plan: serde_json::Value,
+    pub source_file: Option<String>,
+    pub steps: Vec<NewStep>,
+    pub owner_pid: u32,
+    pub owner_start_time: Option<u64>,
+}
+
+/// Persist a plan run and all its steps (`pending`), inside the caller's transaction.
+pub(crate) fn create_orchestration(tx: &Connection, o: &NewOrchestration) -> Result<()> {
+    let (id, steps) = (o.id.as_str(), &o.steps);
+    let now = now_ms();
+    tx.execute(
+        "INSERT INTO orchestrations (id, parent_session_id, name, strategy, total_steps, plan,
                 source_file, owner_pid, owner_start_time, created_at)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-            params![
-                id,
-                session,
-                name,
-                strategy,
-                steps.len() as i64,
-                plan.to_string(),
-                source_file,
-                owner.0,
-                owner.1.map(|v| v as i64),
-                now
-            ],
-        )?;
-        {
-            let mut ins = tx.prepare(
-                "INSERT INTO orchestration_steps (id, orchestration_id, step_key, name, prompt, model,
+        params![
+            id,
+            o.session,
+            o.name,
+            o.strategy,
+            steps.len() as i64,
+            o.plan.to_string(),
+            o.source_file,
+            o.owner_pid,
+            o.owner_start_time.map(|v| v as i64),
+            now
+        ],
+    )?;
+    {
+        let mut ins = tx.prepare(
+            "INSERT INTO orchestration_steps (id, orchestration_id, step_key, name, prompt, model,
                     working_directory, allowed_tools, depends_on, contract, sequence, created_at)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
-            )?;
-            for (i, s) in steps.iter().enumerate() {
-                ins.execute(params![
-                    format!("{id}/{}", s.key),
-                    id,
-                    s.key,
-                    s.name,
-                    s.prompt,
-                    s.model,
-                    s.cwd,
-                    s.tools.as_ref().map(|t| serde_json::to_string(t).unwrap_or_default()),
-                    serde_json::to_string(&s.depends_on).unwrap_or_default(),
-                    s.contract.to_string(),
-                    i as i64,
-                    now
-                ])?;
-            }
-        }
-        tx.execute(
-            "INSERT INTO plan_events (orchestration_id, seq, ts, kind, step_key, payload)
-             VALUES (?1, 1, ?2, 'plan_created', NULL, ?3)",
-            params![id, now, serde_json::json!({"steps": steps.len()}).to_string()],
         )?;
-        tx.commit()?;
-        Ok(())
+        for (i, s) in steps.iter().enumerate() {
+            ins.execute(params![
+                format!("{id}/{}", s.key),
+                id,
+                s.key,
+                s.name,
+                s.prompt,
+                s.model,
+                s.cwd,
+                s.tools.as_ref().map(|t| serde_json::to_string(t).unwrap_or_default()),
+                serde_json::to_string(&s.depends_on).unwrap_or_default(),
+                s.contract.to_string(),
+                i as i64,
+                now
+            ])?;
+        }
     }
+    tx.execute(
+        "INSERT INTO plan_events (orchestration_id, seq, ts, kind, step_key, payload)
+             VALUES (?1, 1, ?2, 'plan_created', NULL, ?3)",
+        params![id, now, serde_json::json!({"steps": steps.len()}).to_string()],
+    )?;
+    Ok(())
+}
 
-    /// Update a step's status (and optionally its subagent, reason, attempts); appends a plan event.
-    pub fn set_step(
-        &mut self,
-        orch: &str,
-        key: &str,
-        status: &str,
-        subagent: Option<&str>,
-        reason: Option<&str>,
-        attempt: Option<u32>,
-    ) -> Result<()> {
-        let tx = self.conn_mut().transaction()?;
-        let now = now_ms();
-        let done = matches!(status, "completed" | "failed" | "cancelled");
-        tx.execute(
-            "UPDATE orchestration_steps SET status = ?3,
+/// A change to one step of a plan.
+#[derive(Debug, Clone, Default)]
+pub struct StepChange {
+    pub orch: String,
+    pub key: String,
+    pub status: String,
+    pub subagent: Option<String>,
+    pub reason: Option<String>,
+    pub attempt: Option<u32>,
+}
+
+/// Update a step's status (and optionally its subagent, reason, attempts); appends a plan event.
+pub(crate) fn set_step(tx: &Connection, c: &StepChange) -> Result<()> {
+    let (orch, key, status) = (c.orch.as_str(), c.key.as_str(), c.status.as_str());
+    let (subagent, reason, attempt) = (c.subagent.as_deref(), c.reason.as_deref(), c.attempt);
+    let now = now_ms();
+    let done = matches!(status, "completed" | "failed" | "cancelled");
+    tx.execute(
+        "UPDATE orchestration_steps SET status = ?3,
                 subagent_id = COALESCE(?4, subagent_id),
                 failure_reason = COALESCE(?5, failure_reason),
                 attempts = COALESCE(?6, attempts),
                 completed_at = CASE WHEN ?7 THEN ?8 ELSE completed_at END
              WHERE orchestration_id = ?1 AND step_key = ?2",
-            params![orch, key, status, subagent, reason, attempt, done, now],
-        )?;
-        let kind = match (status, attempt) {
-            ("running", Some(a)) if a > 1 => "subagent_attempt",
-            ("running", _) => "step_started",
-            ("completed", _) => "step_completed",
-            ("failed", _) => "step_failed",
-            _ => "step_cancelled",
-        };
-        let payload = serde_json::json!({
-            "status": status, "subagent_id": subagent, "reason": reason, "attempt": attempt,
-        });
-        append_plan_event(&tx, orch, now, kind, Some(key), &payload)?;
-        tx.commit()?;
-        Ok(())
-    }
+        params![orch, key, status, subagent, reason, attempt, done, now],
+    )?;
+    let kind = match (status, attempt) {
+        ("running", Some(a)) if a > 1 => "subagent_attempt",
+        ("running", _) => "step_started",
+        ("completed", _) => "step_completed",
+        ("failed", _) => "step_failed",
+        _ => "step_cancelled",
+    };
+    let payload = serde_json::json!({
+        "status": status, "subagent_id": subagent, "reason": reason, "attempt": attempt,
+    });
+    append_plan_event(tx, orch, now, kind, Some(key), &payload)?;
+    Ok(())
+}
 
-    /// Set the plan's status and roll-ups.
-    pub fn finish_orchestration(
-        &mut self,
-        orch: &str,
-        status: &str,
-        cost_usd: f64,
-        input_tokens: u64,
-        output_tokens: u64,
-    ) -> Result<()> {
-        let tx = self.conn_mut().transaction()?;
-        let now = now_ms();
-        let terminal = matches!(status, "completed" | "failed" | "cancelled");
-        tx.execute(
+/// Set the plan's status and roll-ups.
+pub(crate) fn finish_orchestration(
+    tx: &Connection,
+    orch: &str,
+    status: &str,
+    cost_usd: f64,
+    input_tokens: u64,
+    output_tokens: u64,
+) -> Result<()> {
+    let now = now_ms();
+    let terminal = matches!(status, "completed" | "failed" | "cancelled");
+    tx.execute(
             "UPDATE orchestrations SET status = ?2, cost_usd = ?3, input_tokens = ?4, output_tokens = ?5,
                 completed_steps = (SELECT COUNT(*) FROM orchestration_steps WHERE orchestration_id = ?1 AND status = 'completed'),
                 failed_steps = (SELECT COUNT(*) FROM orchestration_steps WHERE orchestration_id = ?1 AND status = 'failed'),
@@ -179,12 +182,12 @@ impl Store {
              WHERE id = ?1",
             params![orch, status, cost_usd, input_tokens as i64, output_tokens as i64, terminal, now],
         )?;
-        let payload = serde_json::json!({"status": status, "cost_usd": cost_usd});
-        append_plan_event(&tx, orch, now, &format!("plan_{status}"), None, &payload)?;
-        tx.commit()?;
-        Ok(())
-    }
+    let payload = serde_json::json!({"status": status, "cost_usd": cost_usd});
+    append_plan_event(tx, orch, now, &format!("plan_{status}"), None, &payload)?;
+    Ok(())
+}
 
+impl Store {
     pub fn orchestration(&self, id: &str) -> Result<Option<OrchestrationRow>> {
         Ok(self
             .conn()

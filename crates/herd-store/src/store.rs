@@ -86,10 +86,6 @@ impl Store {
         &self.conn
     }
 
-    pub(crate) fn conn_mut(&mut self) -> &mut Connection {
-        &mut self.conn
-    }
-
     /// SQLite's library version.
     pub fn sqlite_version() -> &'static str {
         rusqlite::version()
@@ -106,31 +102,8 @@ impl Store {
 
     /// Persist a new subagent (status `pending`) and its `subagent_created` event.
     pub fn create_subagent(&mut self, n: &NewSubagent) -> Result<()> {
-        let tx = self.conn.transaction()?;
-        let now = now_ms();
-        tx.execute(
-            "INSERT INTO subagents (id, parent_session_id, name, cli, prompt, model, working_directory,
-                max_turns, timeout_ms, spec, owner_pid, owner_start_time, created_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
-            params![
-                n.id.as_str(),
-                n.parent_session_id,
-                n.name,
-                n.cli,
-                n.prompt,
-                n.model,
-                n.working_directory,
-                n.max_turns,
-                n.timeout_ms.map(|t| t as i64),
-                n.spec.to_string(),
-                n.owner_pid,
-                n.owner_start_time.map(|t| t as i64),
-                now
-            ],
-        )?;
-        let ev =
-            AgentEvent::SubagentCreated { cli: n.cli.clone(), cwd: n.working_directory.clone() };
-        insert_event(&tx, &n.id, 1, now, &Decoded::top(ev))?;
+        let tx = self.conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        create_subagent(&tx, n)?;
         tx.commit()?;
         Ok(())
     }
@@ -257,7 +230,7 @@ impl Store {
 
     /// Apply an update outside the writer (the CLI marking an orphan, say).
     pub fn update(&mut self, id: &SubagentId, u: &Update) -> Result<Vec<StoredEvent>> {
-        let tx = self.conn.transaction()?;
+        let tx = self.conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
         let mut seqs = HashMap::new();
         let evs = apply_update(&tx, &mut seqs, id, u, now_ms())?;
         tx.commit()?;
@@ -319,6 +292,34 @@ fn row(r: &Row<'_>) -> rusqlite::Result<SubagentRow> {
         closed_at: r.get(33)?,
         close_reason: r.get(34)?,
     })
+}
+
+/// Insert a new subagent row (status `pending`) and its `subagent_created` event.
+pub(crate) fn create_subagent(tx: &Connection, n: &NewSubagent) -> Result<()> {
+    let now = now_ms();
+    tx.execute(
+        "INSERT INTO subagents (id, parent_session_id, name, cli, prompt, model, working_directory,
+                max_turns, timeout_ms, spec, owner_pid, owner_start_time, created_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+        params![
+            n.id.as_str(),
+            n.parent_session_id,
+            n.name,
+            n.cli,
+            n.prompt,
+            n.model,
+            n.working_directory,
+            n.max_turns,
+            n.timeout_ms.map(|t| t as i64),
+            n.spec.to_string(),
+            n.owner_pid,
+            n.owner_start_time.map(|t| t as i64),
+            now
+        ],
+    )?;
+    let ev = AgentEvent::SubagentCreated { cli: n.cli.clone(), cwd: n.working_directory.clone() };
+    insert_event(tx, &n.id, 1, now, &Decoded::top(ev))?;
+    Ok(())
 }
 
 /// Insert one event row.

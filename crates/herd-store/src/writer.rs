@@ -8,18 +8,32 @@ use std::thread::JoinHandle;
 use herd_core::{Decoded, SubagentId};
 use tokio::sync::{broadcast, mpsc, oneshot};
 
+use crate::plans::{NewOrchestration, StepChange};
 use crate::store::{apply_update, insert_event, next_seq, open_conn};
-use crate::{Result, StatePaths, StoreError, StoredEvent, Update, now_ms};
+use crate::{NewSubagent, Result, StatePaths, StoreError, StoredEvent, Update, now_ms};
 
 const MAX_BATCH: usize = 4096;
+
+/// A write run on the writer's connection.
+type Job = Box<dyn FnOnce(&rusqlite::Connection) -> Result<()> + Send>;
 
 /// Answers a waiting caller once its batch has committed (with the batch's error, if any).
 type Reply = Box<dyn FnOnce(Option<&str>)>;
 
 enum Cmd {
-    Append { id: SubagentId, ts: i64, events: Vec<Decoded> },
-    Update { id: SubagentId, update: Box<Update>, ack: oneshot::Sender<Result<Vec<StoredEvent>>> },
+    Append {
+        id: SubagentId,
+        ts: i64,
+        events: Vec<Decoded>,
+    },
+    Update {
+        id: SubagentId,
+        update: Box<Update>,
+        ack: oneshot::Sender<Result<Vec<StoredEvent>>>,
+    },
     Flush(oneshot::Sender<Result<()>>),
+    /// Any other write, run in the batch's transaction under a savepoint.
+    Exec(Job, oneshot::Sender<Result<()>>),
     Stop,
 }
 
@@ -101,6 +115,56 @@ impl WriterHandle {
         rx.await.map_err(|_| StoreError::WriterGone("update".into()))?
     }
 
+    /// Run `f` on the writer's connection, in order with everything else; waits for the commit.
+    async fn exec(
+        &self,
+        f: impl FnOnce(&rusqlite::Connection) -> Result<()> + Send + 'static,
+    ) -> Result<()> {
+        let (ack, rx) = oneshot::channel();
+        self.tx
+            .send(Cmd::Exec(Box::new(f), ack))
+            .await
+            .map_err(|_| StoreError::WriterGone("exec".into()))?;
+        rx.await.map_err(|_| StoreError::WriterGone("exec".into()))?
+    }
+
+    /// Persist a new subagent (`pending`) and its `subagent_created` event.
+    pub async fn create_subagent(&self, n: NewSubagent) -> Result<()> {
+        self.exec(move |c| crate::store::create_subagent(c, &n)).await
+    }
+
+    /// Persist a plan run and its steps.
+    pub async fn create_orchestration(&self, o: NewOrchestration) -> Result<()> {
+        self.exec(move |c| crate::plans::create_orchestration(c, &o)).await
+    }
+
+    /// Change a plan step's status (with a plan event).
+    pub async fn set_step(&self, change: StepChange) -> Result<()> {
+        self.exec(move |c| crate::plans::set_step(c, &change)).await
+    }
+
+    /// Set a plan's status and roll-ups.
+    pub async fn finish_orchestration(
+        &self,
+        orch: &str,
+        status: &str,
+        cost_usd: f64,
+        usage: herd_core::Usage,
+    ) -> Result<()> {
+        let (orch, status) = (orch.to_owned(), status.to_owned());
+        self.exec(move |c| {
+            crate::plans::finish_orchestration(
+                c,
+                &orch,
+                &status,
+                cost_usd,
+                usage.input_tokens,
+                usage.output_tokens,
+            )
+        })
+        .await
+    }
+
     /// Wait until everything queued so far is committed; reports a failed append since the last flush.
     pub async fn flush(&self) -> Result<()> {
         let (ack, rx) = oneshot::channel();
@@ -143,7 +207,7 @@ fn run(
         let mut published: Vec<StoredEvent> = Vec::new();
         let mut replies: Vec<Reply> = Vec::new();
         let outcome = (|| -> Result<()> {
-            let tx = conn.transaction()?;
+            let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
             for cmd in batch.drain(..) {
                 match cmd {
                     Cmd::Append { id, ts, events } => {
@@ -181,6 +245,25 @@ fn run(
                         }
                     }
                     Cmd::Stop => stop = true,
+                    Cmd::Exec(f, ack) => {
+                        tx.execute_batch("SAVEPOINT ex")?;
+                        match f(&tx) {
+                            Ok(()) => {
+                                tx.execute_batch("RELEASE ex")?;
+                                replies.push(Box::new(move |err| {
+                                    let _ = ack.send(match err {
+                                        None => Ok(()),
+                                        Some(e) => Err(StoreError::WriterGone(e.into())),
+                                    });
+                                }));
+                            }
+                            Err(e) => {
+                                tx.execute_batch("ROLLBACK TO ex; RELEASE ex")?;
+                                seqs.clear();
+                                let _ = ack.send(Err(e));
+                            }
+                        }
+                    }
                     Cmd::Flush(ack) => {
                         let pending = pending_error.take();
                         replies.push(Box::new(move |err| {

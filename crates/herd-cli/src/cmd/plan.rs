@@ -77,9 +77,10 @@ async fn run_async(paths: StatePaths, plan: Plan, a: RunArgs, file: String) -> a
     };
     let report = engine.run_plan(&plan, opts, stop_rx, Some(tx)).await;
     let _ = display.await;
-    let engine = Arc::into_inner(engine).context("the engine is still in use")?;
-    engine.shutdown().await?;
     let report = report?;
+    if let Some(engine) = Arc::into_inner(engine) {
+        engine.shutdown().await?;
+    }
     print(&report, a.json)?;
     Ok(match report.status.as_str() {
         "completed" => exit::COMPLETED,
