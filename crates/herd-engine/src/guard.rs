@@ -198,6 +198,12 @@ fn reap(agent: u32) -> (Option<i32>, Option<i32>) {
 fn kill_leftovers() -> u32 {
     let me = std::process::id();
     let mut killed: HashSet<u32> = HashSet::new();
+    reap_exited();
+    // No children at all means no descendants: orphans are re-parented to us (subreaper), so
+    // every live descendant hangs below one of our children. Then skip the /proc walk.
+    if matches!(waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)), Err(Errno::ECHILD)) {
+        return 0;
+    }
     // Bounded: a process stuck in uninterruptible sleep must not hang the guard forever.
     for _ in 0..1000 {
         reap_exited();

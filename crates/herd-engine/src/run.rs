@@ -232,11 +232,7 @@ impl<'e> RunState<'e> {
             backend,
             decoder: backend.decoder(),
             transcript: Transcript::open(paths, id)?,
-            stderr_log: std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(paths.stderr_log(id))
-                .ok(),
+            stderr_log: None,
             max_output: req.max_output_bytes,
             progress,
             pending: Progress::default(),
@@ -310,6 +306,14 @@ impl<'e> RunState<'e> {
                         err_done = true;
                         err_split.finish(&mut line);
                     } else {
+                        // Created on first use: most runs never write to stderr.
+                        if self.stderr_log.is_none() {
+                            self.stderr_log = std::fs::OpenOptions::new()
+                                .create(true)
+                                .append(true)
+                                .open(self.engine.paths().stderr_log(&self.id))
+                                .ok();
+                        }
                         if let Some(f) = self.stderr_log.as_mut() {
                             let _ = std::io::Write::write_all(f, &err_buf[..n]);
                         }

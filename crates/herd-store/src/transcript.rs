@@ -74,14 +74,16 @@ pub struct Meta {
 }
 
 impl Meta {
-    /// Write `<id>.meta.json` atomically (temp file, fsync, rename).
+    /// Write `<id>.meta.json` atomically (temp file, then rename): readers see the old file or
+    /// the new one, never a torn one. Not fsynced: the database is the record of truth, and an
+    /// fsync per run would dominate the cost of short runs.
     pub fn write(&self, paths: &StatePaths, id: &SubagentId) -> Result<()> {
         let path = paths.meta(id);
         let tmp = path.with_extension("json.partial");
         let body =
             serde_json::to_vec_pretty(self).map_err(|e| StoreError::Corrupt(e.to_string()))?;
         let mut f = File::create(&tmp).map_err(io_err(&tmp))?;
-        f.write_all(&body).and_then(|()| f.sync_all()).map_err(io_err(&tmp))?;
+        f.write_all(&body).map_err(io_err(&tmp))?;
         std::fs::rename(&tmp, &path).map_err(io_err(&path))
     }
 }
