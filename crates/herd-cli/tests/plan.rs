@@ -146,3 +146,70 @@ fn dry_run_prints_layers_and_retries_rerun_failed_steps() {
     assert_eq!(v["steps"][0]["attempts"], 2);
     assert!(v["steps"][1]["failure_reason"].is_null());
 }
+
+#[test]
+fn pool_limits_and_depth_are_enforced() {
+    let w = World::new();
+    std::fs::write(
+        w.work.join("big.yml"),
+        "limits: {max_concurrent: 1, max_queue: 1}\ndefaults: {cli: command, command: [\"true\"], prompt: go}\nsteps: [{id: a}, {id: b}, {id: c}]\n",
+    )
+    .unwrap();
+    let out = w.run(&["run", "big.yml"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(
+            "RESOURCE_EXHAUSTED: the plan has 3 steps; the pool admits 1 running + 1 queued"
+        ),
+        "{err}"
+    );
+
+    // A herd started by a subagent (HERD_DEPTH=1) may not spawn more.
+    let out = w
+        .herd(&["task", "x", "--cli", "command", "--", "true"])
+        .env("HERD_DEPTH", "1")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("depth exceeded"));
+    // Children learn their depth.
+    let out = w.run(&["task", "x", "--cli", "command", "--", "sh", "-c", "echo depth=$HERD_DEPTH"]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "depth=1\n");
+    let (_, list) = w.json(&["ps", "--all", "--json"]);
+    assert_eq!(list.as_array().unwrap().len(), 1, "the refused runs started nothing");
+}
+
+#[test]
+fn ctrl_c_cancels_every_step_and_exits_130() {
+    let w = World::new();
+    std::fs::write(
+        w.work.join("slow.yml"),
+        "limits: {max_concurrent: 2}\ndefaults: {cli: command, prompt: go, command: [sh, -c, \"sleep 77.31\"]}\nsteps: [{id: a}, {id: b}, {id: c, depends_on: [a]}]\n",
+    )
+    .unwrap();
+    let child = w
+        .herd(&["run", "slow.yml", "--json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(common::wait_until(std::time::Duration::from_secs(10), || {
+        common::procs_with_cmdline("sleep 77.31").len() >= 2
+    }));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(130), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["status"], "cancelled");
+    for s in v["steps"].as_array().unwrap() {
+        assert_eq!(s["status"], "cancelled", "{s}");
+    }
+    assert!(common::procs_with_cmdline("sleep 77.31").is_empty());
+    let (_, list) = w.json(&["ps", "--all", "--json"]);
+    assert!(list.as_array().unwrap().iter().all(|r| r["status"] == "cancelled"), "{list}");
+}

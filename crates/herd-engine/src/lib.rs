@@ -24,6 +24,15 @@ pub enum EngineError {
     Store(#[from] StoreError),
     #[error("a subagent task ended abnormally: {0}")]
     Task(String),
+    /// The pool or queue cannot take the work.
+    #[error("RESOURCE_EXHAUSTED: {0}")]
+    ResourceExhausted(String),
+    /// A subagent tried to spawn beyond the allowed depth.
+    #[error(
+        "depth exceeded: this herd runs inside a subagent at depth {depth} and the limit is {max} \
+         (a subagent may not spawn more unless its contract allows: HERD_MAX_DEPTH)"
+    )]
+    DepthExceeded { depth: u32, max: u32 },
 }
 
 /// Tunables, with the defaults of DESIGN §4.
@@ -59,6 +68,9 @@ pub struct Engine {
     guard: GuardCommand,
     session_id: String,
     config: EngineConfig,
+    /// How deep in a chain of herds this one runs (`HERD_DEPTH`, 0 at the top).
+    depth: u32,
+    max_depth: u32,
 }
 
 impl Engine {
@@ -77,6 +89,8 @@ impl Engine {
             guard,
             session_id,
             config: EngineConfig::default(),
+            depth: env_u32("HERD_DEPTH").unwrap_or(0),
+            max_depth: env_u32("HERD_MAX_DEPTH").unwrap_or(1),
         })
     }
 
@@ -104,6 +118,10 @@ impl Engine {
     }
 }
 
+fn env_u32(key: &str) -> Option<u32> {
+    std::env::var(key).ok().and_then(|v| v.trim().parse().ok())
+}
+
 /// Mark active runs whose owning herd process is gone as `failed(orphaned)`, and make sure
 /// their agent's process group is gone too. Returns the ids marked.
 pub fn sweep_orphans(store: &mut Store) -> Result<Vec<SubagentId>, StoreError> {
@@ -124,6 +142,11 @@ pub fn sweep_orphans(store: &mut Store) -> Result<Vec<SubagentId>, StoreError> {
             // Finished between our read and our write: nothing to mark.
             Err(StoreError::Transition { .. }) => {}
             Err(e) => return Err(e),
+        }
+    }
+    for plan in store.active_orchestrations()? {
+        if !plan.owner_pid.is_some_and(|p| procfs::is_same_process(p, plan.owner_start_time)) {
+            store.fail_orphaned_orchestration(&plan.id)?;
         }
     }
     Ok(marked)

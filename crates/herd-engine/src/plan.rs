@@ -23,6 +23,10 @@ use crate::{Engine, EngineError, StopLevel, TaskReport, TaskRequest, procfs};
 pub const DEFAULT_SUMMARY_CAP: usize = 16 * 1024;
 /// Default pool bound.
 pub const DEFAULT_MAX_CONCURRENT: usize = 5;
+/// Default bound of the queue of ready steps waiting for a slot.
+pub const DEFAULT_MAX_QUEUE: usize = 10_000;
+/// Default number of children one parent may have running at once.
+pub const DEFAULT_MAX_PER_PARENT: usize = 20;
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 
 /// How to run a plan.
@@ -152,8 +156,16 @@ impl Engine {
             .max_concurrent
             .or(plan.limits.max_concurrent.map(|n| n as usize))
             .unwrap_or(DEFAULT_MAX_CONCURRENT)
-            .clamp(1, 20);
+            .clamp(1, 20)
+            .min(plan.limits.max_per_parent.map_or(DEFAULT_MAX_PER_PARENT, |p| p.max(1) as usize));
         let n = plan.steps.len();
+        let max_queue = plan.limits.max_queue.map_or(DEFAULT_MAX_QUEUE, |q| q as usize);
+        if n > bound + max_queue {
+            return Err(EngineError::ResourceExhausted(format!(
+                "the plan has {n} steps; the pool admits {bound} running + {max_queue} queued \
+                 (raise limits.max_queue)"
+            )));
+        }
         let new_steps: Vec<NewStep> = (0..n)
             .map(|i| {
                 let s = &plan.steps[i];

@@ -113,6 +113,9 @@ impl Engine {
 
     /// Persist subagent `id` (status `pending`) with its contract, before any process exists.
     pub async fn create_run(&self, id: &SubagentId, req: &TaskRequest) -> Result<(), EngineError> {
+        if self.depth >= self.max_depth {
+            return Err(EngineError::DepthExceeded { depth: self.depth, max: self.max_depth });
+        }
         let env_keys: Vec<&str> = req.env.iter().map(|(k, _)| k.as_str()).collect();
         let me = std::process::id();
         self.writer()
@@ -148,7 +151,10 @@ impl Engine {
         progress: Option<watch::Sender<Progress>>,
     ) -> Result<TaskReport, EngineError> {
         let backend = req.backend.backend();
-        let env = child_env(std::env::vars(), backend.env_prefixes(), &req.env);
+        // Children carry their depth, so a herd they start knows where it stands.
+        let mut explicit = vec![("HERD_DEPTH".to_owned(), (self.depth + 1).to_string())];
+        explicit.extend(req.env.iter().cloned());
+        let env = child_env(std::env::vars(), backend.env_prefixes(), &explicit);
         let mut run = RunState::new(self, &id, backend, &req, progress)?;
         let started = Instant::now();
 

@@ -9,7 +9,9 @@ mod transcript;
 mod writer;
 
 pub use model::{NewSubagent, StoredEvent, SubagentRow, Update};
-pub use plans::{NewOrchestration, NewStep, OrchestrationRow, PlanEvent, StepChange, StepRow};
+pub use plans::{
+    ActivePlan, NewOrchestration, NewStep, OrchestrationRow, PlanEvent, StepChange, StepRow,
+};
 pub use store::{OrphanCandidate, StatePaths, Store, orphaned_update};
 pub use transcript::{Meta, Transcript};
 pub use writer::{Writer, WriterHandle};

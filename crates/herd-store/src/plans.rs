@@ -35,6 +35,14 @@ pub struct StepRow {
     pub sequence: u32,
 }
 
+/// A plan run that has not ended, and the herd process that owns it.
+#[derive(Debug, Clone)]
+pub struct ActivePlan {
+    pub id: String,
+    pub owner_pid: Option<u32>,
+    pub owner_start_time: Option<u64>,
+}
+
 /// One entry of a plan's own event log.
 #[derive(Debug, Clone, Serialize)]
 pub struct PlanEvent {
@@ -188,6 +196,36 @@ pub(crate) fn finish_orchestration(
 }
 
 impl Store {
+    /// Active plan runs with their owner's identity.
+    pub fn active_orchestrations(&self) -> Result<Vec<ActivePlan>> {
+        let mut stmt = self.conn().prepare(
+            "SELECT id, owner_pid, owner_start_time FROM orchestrations WHERE status IN ('pending','running')",
+        )?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok(ActivePlan {
+                    id: r.get(0)?,
+                    owner_pid: r.get(1)?,
+                    owner_start_time: r.get::<_, Option<i64>>(2)?.map(|v| v as u64),
+                })
+            })?
+            .collect::<rusqlite::Result<_>>()?;
+        Ok(rows)
+    }
+
+    /// Mark a plan whose owner died `failed`, and its unfinished steps `failed(orphaned)`.
+    pub fn fail_orphaned_orchestration(&mut self, id: &str) -> Result<()> {
+        let tx = self.conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        tx.execute(
+            "UPDATE orchestration_steps SET status = 'failed', failure_reason = 'orphaned', completed_at = ?2
+             WHERE orchestration_id = ?1 AND status IN ('pending','running','blocked')",
+            params![id, now_ms()],
+        )?;
+        finish_orchestration(&tx, id, "failed", 0.0, 0, 0)?;
+        tx.commit()?;
+        Ok(())
+    }
+
     pub fn orchestration(&self, id: &str) -> Result<Option<OrchestrationRow>> {
         Ok(self
             .conn()

@@ -52,7 +52,7 @@ pub struct OrphanCandidate {
 #[derive(Debug)]
 pub struct Store {
     paths: StatePaths,
-    conn: Connection,
+    pub(crate) conn: Connection,
 }
 
 pub(crate) fn open_conn(paths: &StatePaths) -> Result<Connection> {
