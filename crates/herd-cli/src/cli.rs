@@ -59,9 +59,14 @@ pub struct TaskArgs {
     /// The task for the agent
     pub prompt: String,
 
-    /// Which agent CLI runs the task
-    #[arg(long, default_value = "claude", value_parser = parse_cli)]
-    pub cli: BackendKind,
+    /// Which agent CLI runs the task [default: claude]
+    #[arg(long, value_parser = parse_cli)]
+    pub cli: Option<BackendKind>,
+
+    /// Continue a finished subagent (id or unique prefix): natively where the CLI has
+    /// sessions (claude --resume, same cwd and HOME), else by replaying its last messages
+    #[arg(long, value_name = "ID")]
+    pub resume: Option<String>,
 
     /// Model name or alias passed to the CLI (e.g. sonnet)
     #[arg(long)]

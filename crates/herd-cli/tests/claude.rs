@@ -257,3 +257,23 @@ fn garbage_on_stdout_ends_cleanly_with_a_reason() {
             .unwrap();
     assert!(t.len() > 52_428_800);
 }
+
+#[test]
+fn resume_continues_the_native_session() {
+    let w = world_or_skip!();
+    MockServer::shared().script(
+        "e2e_resume",
+        Script::new().text("first-answer").text("second-answer after {{scenario}}"),
+    );
+    let (code, first) = w.json(&["task", "SCENARIO=e2e_resume start", "--cli", "claude", "--json"]);
+    assert_eq!(code, 0, "{first}");
+    let id = first["id"].as_str().unwrap();
+    let (code, second) = w.json(&["task", "and now?", "--resume", &id[..10], "--json"]);
+    assert_eq!(code, 0, "{second}");
+    assert_eq!(second["result"], "second-answer after e2e_resume");
+    assert_eq!(second["native_session_id"], first["native_session_id"]);
+    // The mock saw the earlier turns in the resumed conversation.
+    let reqs = MockServer::shared().requests_for("e2e_resume");
+    let last = reqs.last().unwrap().body.to_string();
+    assert!(last.contains("first-answer") && last.contains("and now?"), "{last}");
+}

@@ -234,3 +234,29 @@ fn help_teaches() {
     let out = World::new().run(&["task", "--help"]);
     insta::assert_snapshot!(String::from_utf8_lossy(&out.stdout));
 }
+
+#[test]
+fn resume_without_native_sessions_replays_history() {
+    let w = World::new();
+    let (_, first) = w.json(&[
+        "task",
+        "remember 42",
+        "--cli",
+        "command",
+        "--json",
+        "--",
+        "sh",
+        "-c",
+        "cat; echo; echo noted",
+    ]);
+    let id = first["id"].as_str().unwrap();
+    let out = w.run(&["task", "what was it?", "--resume", id]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!("<herd:context source=\"history:{id}\" trusted=\"false\">")),
+        "{text}"
+    );
+    assert!(text.contains("user: remember 42") && text.contains("assistant: noted"), "{text}");
+    assert!(text.contains("<herd:user_prompt>\nwhat was it?\n</herd:user_prompt>"), "{text}");
+}

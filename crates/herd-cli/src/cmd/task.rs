@@ -17,13 +17,14 @@ use crate::{UsageError, exit, fmt};
 
 pub fn run(paths: StatePaths, args: TaskArgs) -> anyhow::Result<u8> {
     let json_out = args.json;
+    let resume = args.resume.clone().map(|id| Resume { id, cwd_given: args.cwd.is_some() });
     let req = request(args)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    rt.block_on(run_async(paths, req, json_out))
+    rt.block_on(run_async(paths, req, json_out, resume))
 }
 
 /// Validate the flags into a request; every problem is a usage error naming the flag.
@@ -32,7 +33,8 @@ fn request(a: TaskArgs) -> anyhow::Result<TaskRequest> {
     if a.prompt.trim().is_empty() {
         return Err(usage("the prompt is empty".into()));
     }
-    match (a.cli, a.command.is_empty()) {
+    match (a.cli.unwrap_or(BackendKind::Claude), a.command.is_empty()) {
+        _ if a.resume.is_some() => {}
         (BackendKind::Command, true) => {
             return Err(usage(
                 "--cli command needs a program after `--`: herd task PROMPT --cli command -- PROGRAM [ARGS…]"
@@ -59,7 +61,7 @@ fn request(a: TaskArgs) -> anyhow::Result<TaskRequest> {
         .map(|t| t.into_iter().map(|s| s.trim().to_owned()).filter(|s| !s.is_empty()).collect());
     Ok(TaskRequest {
         name: None,
-        backend: a.cli,
+        backend: a.cli.unwrap_or(BackendKind::Claude),
         spec: RunSpec {
             prompt: a.prompt,
             model: a.model,
@@ -78,9 +80,82 @@ fn request(a: TaskArgs) -> anyhow::Result<TaskRequest> {
     })
 }
 
-async fn run_async(paths: StatePaths, req: TaskRequest, json_out: bool) -> anyhow::Result<u8> {
+/// `--resume`: which run to continue.
+struct Resume {
+    id: String,
+    cwd_given: bool,
+}
+
+/// Messages replayed when a run cannot be resumed natively.
+const REPLAY_MESSAGES: usize = 20;
+
+/// Turn `req` into a continuation of an earlier run: the same cli (and command), its cwd, and
+/// either the CLI's own session or the last messages replayed as an untrusted context block.
+fn apply_resume(engine: &Engine, req: &mut TaskRequest, r: &Resume) -> anyhow::Result<()> {
+    let store = engine.store();
+    let id = store.resolve(&r.id)?;
+    let row = store.get(&id)?.ok_or_else(|| UsageError(format!("no subagent {}", r.id)))?;
+    if !row.status.is_terminal() {
+        return Err(UsageError(format!(
+            "{id} is still {}; resume a finished subagent",
+            row.status
+        ))
+        .into());
+    }
+    req.backend = row.cli.parse().map_err(UsageError)?;
+    if !r.cwd_given {
+        req.cwd = row.working_directory.clone().into();
+    }
+    if req.spec.command.is_empty() {
+        req.spec.command =
+            serde_json::from_value(row.spec["spec"]["command"].clone()).unwrap_or_default();
+    }
+    if req.backend == BackendKind::Claude
+        && let Some(native) = &row.native_session_id
+    {
+        req.spec.resume = Some(native.clone());
+        return Ok(());
+    }
+    let mut messages = vec![format!("user: {}", row.prompt)];
+    let mut after = 0;
+    loop {
+        let batch = store.events_after(&id, after, 1000)?;
+        let Some(last) = batch.last() else { break };
+        after = last.seq;
+        for e in batch.iter().filter(|e| e.parent_tool_use_id.is_none()) {
+            use herd_core::AgentEvent as E;
+            match &e.event {
+                E::Text { text } => messages.push(format!("assistant: {text}")),
+                E::UserText { text } => messages.push(format!("user: {text}")),
+                E::ToolCall { name, input, .. } => {
+                    messages.push(format!("assistant called {name}: {input}"))
+                }
+                E::ToolResult { content, .. } => messages.push(format!("tool result: {content}")),
+                _ => {}
+            }
+        }
+    }
+    let start = messages.len().saturating_sub(REPLAY_MESSAGES);
+    let part = herd_core::context::Part {
+        source: format!("history:{id}"),
+        trusted: false,
+        content: messages[start..].join("\n"),
+    };
+    req.spec.prompt = herd_core::context::assemble(&[part], &req.spec.prompt);
+    Ok(())
+}
+
+async fn run_async(
+    paths: StatePaths,
+    mut req: TaskRequest,
+    json_out: bool,
+    resume: Option<Resume>,
+) -> anyhow::Result<u8> {
     let guard = GuardCommand::current_exe().context("cannot find the herd executable")?;
     let engine = Engine::open(paths, guard, "cli")?;
+    if let Some(r) = &resume {
+        apply_resume(&engine, &mut req, r)?;
+    }
     let id = SubagentId::generate();
     let (stop_tx, stop_rx) = watch::channel(StopLevel::None);
     tokio::spawn(super::signals::forward(stop_tx));
