@@ -83,6 +83,27 @@ fn herd(stream: &[u8], round: usize) -> (Duration, usize) {
     (took, events)
 }
 
+/// The decode stage alone (splitter + decoder + payload serialization), for the breakdown.
+fn decode_only(stream: &[u8]) -> Duration {
+    let mut decoder = BackendKind::Claude.backend().decoder();
+    let mut splitter = LineSplitter::new(8 << 20);
+    let start = Instant::now();
+    let mut n = 0usize;
+    for chunk in stream.chunks(64 * 1024) {
+        let mut batch = Vec::new();
+        splitter.push(chunk, |p| {
+            if let Piece::Line(l) = p {
+                decoder.decode(l, &mut batch);
+            }
+        });
+        for d in &batch {
+            n += serde_json::to_string(&d.event).map(|s| s.len()).unwrap_or(0);
+        }
+    }
+    assert!(n > 0);
+    start.elapsed()
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
@@ -107,6 +128,11 @@ fn main() {
             th.as_secs_f64() * 1e3
         );
     }
+    let d = decode_only(&stream);
+    println!(
+        "  (decode + serialize alone: {:.0} ms; the rest is the SQLite writer, in parallel)",
+        d.as_secs_f64() * 1e3
+    );
     let (b, h, e) = (median(bare_rates), median(herd_rates), median(event_rates));
     let ratio = h / b;
     println!("bare serde_json::Value:  {b:>10.0} lines/s");

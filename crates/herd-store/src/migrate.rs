@@ -57,15 +57,17 @@ CREATE TABLE subagents (
 CREATE INDEX idx_subagents_parent ON subagents(parent_session_id);
 CREATE INDEX idx_subagents_active ON subagents(status)
     WHERE status IN ('pending','queued','running','waiting_for_merge');
+-- A rowid table: rows carry whole JSON payloads, too big for a WITHOUT ROWID b-tree.
 CREATE TABLE events (
+    id                  INTEGER PRIMARY KEY,
     subagent_id         TEXT NOT NULL REFERENCES subagents(id),
     seq                 INTEGER NOT NULL,
     ts                  INTEGER NOT NULL,
     kind                TEXT NOT NULL,
     parent_tool_use_id  TEXT,
-    payload             TEXT NOT NULL,
-    PRIMARY KEY (subagent_id, seq)
-) WITHOUT ROWID;
+    payload             TEXT NOT NULL
+);
+CREATE UNIQUE INDEX idx_events_seq ON events(subagent_id, seq);
 "#,
     // 2: plans (seed 000's orchestrations and orchestration_steps) and their own event log.
     r#"

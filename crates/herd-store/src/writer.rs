@@ -211,6 +211,7 @@ fn run(
             for cmd in batch.drain(..) {
                 match cmd {
                     Cmd::Append { id, ts, events } => {
+                        // Serialized here: the producer (decoding) is the busier side.
                         for d in events {
                             let seq = next_seq(&tx, &mut seqs, &id)?;
                             insert_event(&tx, &id, seq, ts, &d)?;

@@ -6,9 +6,9 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::Decoder;
-use crate::lenient::Lenient;
+use crate::lenient::{Lenient, Scalar};
 
-type LStr = Lenient<String>;
+type LStr = Scalar<String>;
 
 #[derive(Deserialize, Default)]
 #[serde(default)]
@@ -23,9 +23,9 @@ struct Line {
     model: LStr,
     tools: Lenient<Vec<String>>,
     // system/api_retry
-    attempt: Lenient<u32>,
-    max_retries: Lenient<u32>,
-    error_status: Lenient<u16>,
+    attempt: Scalar<u32>,
+    max_retries: Scalar<u32>,
+    error_status: Scalar<u16>,
     error: LStr,
     // system/task_*
     task_id: LStr,
@@ -33,13 +33,13 @@ struct Line {
     status: LStr,
     patch: Option<Value>,
     // result
-    is_error: Lenient<bool>,
-    api_error_status: Lenient<u16>,
+    is_error: Scalar<bool>,
+    api_error_status: Scalar<u16>,
     result: LStr,
-    num_turns: Lenient<u32>,
-    total_cost_usd: Lenient<f64>,
-    duration_ms: Lenient<u64>,
-    usage: Lenient<Usage>,
+    num_turns: Scalar<u32>,
+    total_cost_usd: Scalar<f64>,
+    duration_ms: Scalar<u64>,
+    usage: Option<LUsage>,
     permission_denials: Lenient<Vec<PermissionDenial>>,
     errors: Lenient<Vec<String>>,
     terminal_reason: LStr,
@@ -49,6 +49,27 @@ struct Line {
     request_id: LStr,
     request: Option<Value>,
     response: Option<Value>,
+}
+
+/// Usage, field by field lenient, without building a `Value`.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct LUsage {
+    input_tokens: Scalar<u64>,
+    output_tokens: Scalar<u64>,
+    cache_creation_input_tokens: Scalar<u64>,
+    cache_read_input_tokens: Scalar<u64>,
+}
+
+impl LUsage {
+    fn get(self) -> Usage {
+        Usage {
+            input_tokens: self.input_tokens.0.unwrap_or(0),
+            output_tokens: self.output_tokens.0.unwrap_or(0),
+            cache_creation_input_tokens: self.cache_creation_input_tokens.0.unwrap_or(0),
+            cache_read_input_tokens: self.cache_read_input_tokens.0.unwrap_or(0),
+        }
+    }
 }
 
 #[derive(Deserialize, Default)]
@@ -64,7 +85,7 @@ struct Message {
     id: LStr,
     model: LStr,
     content: Option<Content>,
-    usage: Lenient<Usage>,
+    usage: Option<LUsage>,
 }
 
 #[derive(Deserialize)]
@@ -87,7 +108,7 @@ struct Block {
     input: Value,
     tool_use_id: LStr,
     content: Value,
-    is_error: Lenient<bool>,
+    is_error: Scalar<bool>,
 }
 
 /// Decoder state: turn counting and running usage.
@@ -199,7 +220,7 @@ impl ClaudeDecoder {
                 {
                     self.turns += 1;
                     self.last_message_id = Some(id.to_owned());
-                    if let Some(u) = msg.usage.0 {
+                    if let Some(u) = msg.usage.map(LUsage::get) {
                         self.usage.add(&u);
                     }
                 }
@@ -221,7 +242,7 @@ impl ClaudeDecoder {
                     other => ResultKind::Other(other.unwrap_or("").to_owned()),
                 };
                 let is_error = l.is_error.get().unwrap_or(subtype != ResultKind::Success);
-                let usage = l.usage.get().unwrap_or_default();
+                let usage = l.usage.map(LUsage::get).unwrap_or_default();
                 self.usage = usage;
                 push(
                     out,
