@@ -1,6 +1,7 @@
 //! herd-core: the types and rules every other herd crate shares.
 //! Pure: no I/O, no async — ids, statuses and transitions, events, plans, scheduling, context.
 
+pub mod agent;
 pub mod context;
 pub mod event;
 pub mod id;

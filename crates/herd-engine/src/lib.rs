@@ -1,6 +1,7 @@
 //! herd-engine: the runtime. Opens the store, sweeps runs whose owner died, and runs subagents
 //! under guards with timeouts, cancellation and the stop ladder (see `run`).
 
+pub mod agents;
 pub mod guard;
 pub mod lines;
 pub mod plan;
