@@ -42,6 +42,41 @@ pub enum Command {
     Cancel(CancelArgs),
     /// Check which agent CLIs are installed, their versions, and the state dir
     Doctor(DoctorArgs),
+    /// Agent definitions: .herd/agents/*.yml, plus Claude, Gemini and Codex agent files
+    #[command(subcommand)]
+    Agents(AgentsCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AgentsCommand {
+    /// Every agent herd can run here, with where it comes from
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// One agent definition, as herd understands it
+    Show {
+        name: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Check definition files (all discovered ones when no PATH is given); exit 2 on errors
+    Validate { paths: Vec<PathBuf> },
+    /// Copy Claude / Gemini / Codex agents into .herd/agents/ (one-way; idempotent)
+    Import {
+        /// Which tool's agents to import
+        #[arg(long, value_parser = ["claude", "gemini", "codex"])]
+        from: String,
+        /// Import only this file
+        #[arg(long)]
+        file: Option<PathBuf>,
+        /// Overwrite native files that differ (otherwise they are left alone)
+        #[arg(long)]
+        update: bool,
+        /// Say what would change, write nothing
+        #[arg(long)]
+        dry_run: bool,
+    },
 }
 
 const TASK_HELP: &str = "\
@@ -88,9 +123,21 @@ pub struct TaskArgs {
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub max_turns: Option<u32>,
 
-    /// Give up after this long, e.g. 90s, 10m (1s to 120m)
-    #[arg(long, default_value = "30m", value_parser = parse_timeout)]
-    pub timeout: std::time::Duration,
+    /// Give up after this long, e.g. 90s, 10m (1s to 120m) [default: the agent's, else 30m]
+    #[arg(long, value_parser = parse_timeout)]
+    pub timeout: Option<std::time::Duration>,
+
+    /// Run a named agent definition (see `herd agents list`)
+    #[arg(long, value_name = "NAME")]
+    pub agent: Option<String>,
+
+    /// A value for the agent's prompt template, K=V (repeatable)
+    #[arg(long = "input", value_name = "K=V", value_parser = parse_input)]
+    pub input: Vec<(String, String)>,
+
+    /// Say how the agent CLI was chosen
+    #[arg(long)]
+    pub explain: bool,
 
     /// Working directory of the agent [default: the current directory]
     #[arg(long, value_name = "DIR")]
@@ -207,6 +254,14 @@ fn parse_timeout(s: &str) -> Result<std::time::Duration, String> {
         return Err(format!("{s} is out of range: a timeout is between 1s and 120m"));
     }
     Ok(d)
+}
+
+fn parse_input(s: &str) -> Result<(String, String), String> {
+    let (k, v) = s.split_once('=').ok_or_else(|| format!("{s:?} is not K=V"))?;
+    if k.is_empty() {
+        return Err(format!("{s:?} has an empty input name"));
+    }
+    Ok((k.to_owned(), v.to_owned()))
 }
 
 fn parse_env(s: &str) -> Result<(String, String), String> {

@@ -10,12 +10,17 @@ pub fn resolve(explicit: Option<&Path>) -> anyhow::Result<StatePaths> {
     if let Some(p) = explicit {
         return Ok(StatePaths::new(absolute(p)?));
     }
+    Ok(StatePaths::new(project_root()?.join(".herd")))
+}
+
+/// The project root: the nearest ancestor of the current directory with `.herd` or `.git`.
+pub fn project_root() -> anyhow::Result<PathBuf> {
     let cwd = std::env::current_dir()?;
     let root = cwd
         .ancestors()
         .find(|d| d.join(".herd").is_dir() || d.join(".git").exists())
         .unwrap_or(&cwd);
-    Ok(StatePaths::new(root.join(".herd")))
+    Ok(root.to_path_buf())
 }
 
 fn absolute(p: &Path) -> anyhow::Result<PathBuf> {

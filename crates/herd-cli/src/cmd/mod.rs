@@ -1,10 +1,12 @@
 //! Command dispatch: each subcommand in its own module, all returning an exit code.
 //! Commands that only read the store stay synchronous; `task` builds a runtime.
 
+mod agents;
 mod cancel;
 mod doctor;
 mod inspect;
 mod plan;
+mod select;
 mod signals;
 mod task;
 
@@ -21,6 +23,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Logs(args) => inspect::logs(paths, args),
         Command::Cancel(args) => cancel::run(paths, args),
         Command::Doctor(args) => doctor::run(paths, args),
+        Command::Agents(cmd) => agents::run(cmd),
     }
 }
 

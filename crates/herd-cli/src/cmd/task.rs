@@ -12,13 +12,31 @@ use herd_store::StatePaths;
 use serde_json::json;
 use tokio::sync::watch;
 
+use super::select;
 use crate::cli::TaskArgs;
 use crate::{UsageError, exit, fmt};
 
-pub fn run(paths: StatePaths, args: TaskArgs) -> anyhow::Result<u8> {
+pub fn run(paths: StatePaths, mut args: TaskArgs) -> anyhow::Result<u8> {
     let json_out = args.json;
     let resume = args.resume.clone().map(|id| Resume { id, cwd_given: args.cwd.is_some() });
-    let req = request(args)?;
+    let root = crate::state::project_root()?;
+    let agent = args.agent.as_deref().map(|n| select::find_agent(&root, n)).transpose()?;
+    if agent.is_none() && !args.input.is_empty() {
+        return Err(UsageError("--input needs --agent NAME".into()).into());
+    }
+    if resume.is_none() {
+        let (cli, why) = select::choose_cli(args.cli, agent.as_ref(), &root)?;
+        if args.explain {
+            eprintln!("herd: cli {cli}: {why}");
+        }
+        args.cli = Some(cli);
+    }
+    let flags = select::Flags { timeout: args.timeout.is_some() };
+    let inputs = std::mem::take(&mut args.input);
+    let mut req = request(args)?;
+    if let Some(f) = &agent {
+        select::apply_agent(&mut req, f, &inputs, &root, &flags)?;
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -26,6 +44,8 @@ pub fn run(paths: StatePaths, args: TaskArgs) -> anyhow::Result<u8> {
         .context("cannot start the async runtime")?;
     rt.block_on(run_async(paths, req, json_out, resume))
 }
+
+const DEFAULT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30 * 60);
 
 /// Validate the flags into a request; every problem is a usage error naming the flag.
 fn request(a: TaskArgs) -> anyhow::Result<TaskRequest> {
@@ -75,7 +95,7 @@ fn request(a: TaskArgs) -> anyhow::Result<TaskRequest> {
         },
         cwd,
         env: a.env,
-        timeout: a.timeout,
+        timeout: a.timeout.unwrap_or(DEFAULT_TIMEOUT),
         max_output_bytes: a.max_output_kb.map(|kb| kb * 1024),
     })
 }
