@@ -100,6 +100,22 @@ fn agent_limits_apply_and_selection_is_explained() {
     assert_eq!(out.status.code(), Some(3), "{}", String::from_utf8_lossy(&out.stderr));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("herd: cli command: agent echoer says cli: command"), "{err}");
+    write(
+        &w,
+        ".herd/agents/greeter.yml",
+        "cli: command\nprompt: Greet ${who}.\ninputs: [{name: who, default: world}]\n",
+    );
+    let out = w.run(&[
+        "task",
+        "x",
+        "--agent",
+        "greeter",
+        "--",
+        "sh",
+        "-c",
+        "echo \"$HERD_SYSTEM_PROMPT\"",
+    ]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "Greet world.\n");
     write(&w, ".herd/config.yml", "default_cli: command\n");
     let out = w.run(&["task", "hello", "--explain", "--", "cat"]);
     assert!(out.status.success());
@@ -107,6 +123,7 @@ fn agent_limits_apply_and_selection_is_explained() {
     let out = w.run(&["task", "x", "--agent", "nobody", "--", "true"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains("no agent named \"nobody\" (known: echoer)")
+        String::from_utf8_lossy(&out.stderr)
+            .contains("no agent named \"nobody\" (known: echoer, greeter)")
     );
 }

@@ -106,7 +106,12 @@ pub fn apply_agent(
     if let Some(template) = &d.prompt {
         let system = render(template, &d.inputs, &given)
             .map_err(|e| UsageError(format!("agent {}: {e}", d.name)))?;
-        req.spec.append_system_prompt = Some(system);
+        if req.backend == BackendKind::Command {
+            // A program has no system-prompt flag: it gets the rendered prompt in its environment.
+            req.env.push(("HERD_SYSTEM_PROMPT".into(), system));
+        } else {
+            req.spec.append_system_prompt = Some(system);
+        }
     } else if !given.is_empty() {
         return Err(
             UsageError(format!("agent {} has no prompt template for --input", d.name)).into()
