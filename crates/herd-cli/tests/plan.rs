@@ -213,3 +213,33 @@ fn ctrl_c_cancels_every_step_and_exits_130() {
     let (_, list) = w.json(&["ps", "--all", "--json"]);
     assert!(list.as_array().unwrap().iter().all(|r| r["status"] == "cancelled"), "{list}");
 }
+
+#[test]
+fn steps_can_run_agent_definitions() {
+    let w = World::new();
+    std::fs::create_dir_all(w.work.join(".herd/agents")).unwrap();
+    std::fs::write(
+        w.work.join(".herd/agents/shouter.yml"),
+        "cli: command\nprompt: Shout about ${topic}.\ninputs: [{name: topic, required: true}]\nenv: {VOLUME: loud}\n",
+    )
+    .unwrap();
+    std::fs::write(
+        w.work.join("p.yml"),
+        "steps:\n  - id: s\n    agent: shouter\n    prompt: go\n    inputs: {topic: herds}\n    command: [sh, -c, \"echo $VOLUME: $HERD_SYSTEM_PROMPT\"]\n  - id: bad\n    agent: shouter\n    prompt: go\n    command: [\"true\"]\n",
+    )
+    .unwrap();
+    let out = w.run(&["run", "p.yml"]);
+    assert_eq!(out.status.code(), Some(2), "a missing required input is a plan error");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("steps[1] (bad).agent") && err.contains("topic"), "{err}");
+    std::fs::write(
+        w.work.join("p.yml"),
+        "steps:\n  - id: s\n    agent: shouter\n    prompt: go\n    inputs: {topic: herds}\n    command: [sh, -c, \"echo $VOLUME: $HERD_SYSTEM_PROMPT\"]\n",
+    )
+    .unwrap();
+    let (code, v) = w.json(&["run", "p.yml", "--json"]);
+    assert_eq!(code, 0, "{v}");
+    let id = v["steps"][0]["subagent_id"].as_str().unwrap();
+    let (_, row) = w.json(&["show", id, "--json"]);
+    assert_eq!(row["result"], "loud: Shout about herds.");
+}

@@ -240,14 +240,11 @@ impl PlanFile {
             if f.prompt.as_deref().is_none_or(|p| p.trim().is_empty()) {
                 add(line, at("prompt"), "missing (every step needs a prompt)".into());
             }
-            if let Some(a) = &f.agent {
-                add(
-                    line,
-                    at("agent"),
-                    format!(
-                        "agent definitions ({a:?}) are not supported by this herd yet; use cli"
-                    ),
-                );
+            // The caller resolves agents (I/O) and fills the step's fields before validation.
+            if let Some(a) = &f.agent
+                && let Err(e) = crate::agent::validate_name(a)
+            {
+                add(line, at("agent"), e);
             }
             let cli = f.cli.as_deref().unwrap_or("claude");
             if !KNOWN_CLIS.contains(&cli) {

@@ -38,6 +38,16 @@ pub struct PlanOptions {
     pub base_dir: PathBuf,
     pub source_file: Option<String>,
     pub summary_cap: usize,
+    /// What agent definitions add to their steps, by step id.
+    pub overlays: HashMap<String, StepOverlay>,
+}
+
+/// What a step's agent definition adds beyond plan fields.
+#[derive(Debug, Clone, Default)]
+pub struct StepOverlay {
+    /// The rendered prompt template: the CLI's system prompt (a program gets `HERD_SYSTEM_PROMPT`).
+    pub system_prompt: Option<String>,
+    pub env: Vec<(String, String)>,
 }
 
 /// What happened to one step.
@@ -74,9 +84,11 @@ pub enum PlanUpdate {
 fn step_request(
     step: &Step,
     prompt: String,
-    base: &Path,
+    opts: &PlanOptions,
     plan_timeout: Option<Duration>,
 ) -> TaskRequest {
+    let base = opts.base_dir.as_path();
+    let overlay = opts.overlays.get(&step.id).cloned().unwrap_or_default();
     let f = &step.fields;
     let backend = match f.cli.as_deref() {
         Some("command") => BackendKind::Command,
@@ -97,12 +109,25 @@ fn step_request(
             allow: f.allow.clone().unwrap_or_default(),
             deny: f.deny.clone().unwrap_or_default(),
             max_turns: f.max_turns,
-            append_system_prompt: None,
+            append_system_prompt: overlay
+                .system_prompt
+                .clone()
+                .filter(|_| backend != BackendKind::Command),
             resume: None,
             command: f.command.clone().unwrap_or_default(),
         },
         cwd,
-        env: Vec::new(),
+        env: overlay
+            .env
+            .iter()
+            .cloned()
+            .chain(
+                overlay
+                    .system_prompt
+                    .filter(|_| backend == BackendKind::Command)
+                    .map(|p| ("HERD_SYSTEM_PROMPT".to_owned(), p)),
+            )
+            .collect(),
         timeout: f
             .timeout
             .as_deref()
@@ -169,7 +194,7 @@ impl Engine {
         let new_steps: Vec<NewStep> = (0..n)
             .map(|i| {
                 let s = &plan.steps[i];
-                let req = step_request(s, String::new(), &opts.base_dir, plan_timeout);
+                let req = step_request(s, String::new(), &opts, plan_timeout);
                 NewStep {
                     key: s.id.clone(),
                     name: s.fields.name.clone().unwrap_or_else(|| s.id.clone()),
@@ -262,7 +287,7 @@ impl Engine {
                     Action::Start { step, attempt } => {
                         let s = &plan.steps[step];
                         let prompt = self.step_prompt(plan, step, &results, opts.summary_cap);
-                        let req = step_request(s, prompt, &opts.base_dir, plan_timeout);
+                        let req = step_request(s, prompt, opts, plan_timeout);
                         let id = SubagentId::generate();
                         self.create_run(&id, &req).await?;
                         self.set_step(

@@ -6,8 +6,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use herd_core::plan::Plan;
-use herd_engine::plan::{DEFAULT_SUMMARY_CAP, PlanOptions, PlanReport, PlanUpdate};
+use std::collections::{BTreeMap, HashMap};
+
+use herd_core::plan::{Plan, PlanFile};
+use herd_engine::plan::{DEFAULT_SUMMARY_CAP, PlanOptions, PlanReport, PlanUpdate, StepOverlay};
 use herd_engine::{Engine, GuardCommand, StopLevel};
 use herd_store::StatePaths;
 use serde_json::json;
@@ -20,7 +22,9 @@ pub fn run(paths: StatePaths, a: RunArgs) -> anyhow::Result<u8> {
     let file = a.plan.display().to_string();
     let src = std::fs::read_to_string(&a.plan)
         .map_err(|e| UsageError(format!("cannot read plan {file}: {e}")))?;
-    let plan = Plan::from_source(&file, &src).map_err(|e| UsageError(e.to_string()))?;
+    let mut parsed = PlanFile::parse(&file, &src).map_err(|e| UsageError(e.to_string()))?;
+    let overlays = resolve_agents(&mut parsed, &file)?;
+    let plan = parsed.validate(&file, &src).map_err(|e| UsageError(e.to_string()))?;
     if a.dry_run {
         return dry_run(&plan, a.json);
     }
@@ -29,7 +33,60 @@ pub fn run(paths: StatePaths, a: RunArgs) -> anyhow::Result<u8> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    rt.block_on(run_async(paths, plan, a, file))
+    rt.block_on(run_async(paths, plan, a, file, overlays))
+}
+
+/// Steps naming an `agent` take the definition's fields where the plan leaves them unset, and
+/// its rendered prompt template (with the step's `inputs`) and env as an overlay.
+fn resolve_agents(plan: &mut PlanFile, file: &str) -> anyhow::Result<HashMap<String, StepOverlay>> {
+    let mut overlays = HashMap::new();
+    let default_agent = plan.defaults.agent.clone();
+    if plan.steps.iter().all(|s| s.fields.agent.is_none()) && default_agent.is_none() {
+        return Ok(overlays);
+    }
+    let root = crate::state::project_root()?;
+    for (i, step) in plan.steps.iter_mut().enumerate() {
+        let Some(name) = step.fields.agent.clone().or_else(|| default_agent.clone()) else {
+            continue;
+        };
+        let at = |m: String| {
+            UsageError(format!(
+                "invalid plan {file}:\n  {file}: steps[{i}] ({}).agent: {m}",
+                step.id
+            ))
+        };
+        let found = super::select::find_agent(&root, &name).map_err(|e| at(e.to_string()))?;
+        let d = &found.def;
+        let f = &mut step.fields;
+        if f.cli.is_none() && plan.defaults.cli.is_none() {
+            f.cli = d.cli.map(|c| c.to_string());
+        }
+        f.model = f.model.take().or_else(|| d.model.clone());
+        f.tools = f.tools.take().or_else(|| d.tools.clone());
+        f.max_turns = f.max_turns.or(d.max_turns);
+        f.timeout = f.timeout.take().or_else(|| d.timeout.clone());
+        if !d.allow.is_empty() {
+            let mut allow = d.allow.clone();
+            allow.extend(f.allow.take().unwrap_or_default());
+            f.allow = Some(allow);
+        }
+        if !d.deny.is_empty() {
+            let mut deny = d.deny.clone();
+            deny.extend(f.deny.take().unwrap_or_default());
+            f.deny = Some(deny);
+        }
+        let given: BTreeMap<String, String> =
+            f.inputs.clone().or_else(|| plan.defaults.inputs.clone()).unwrap_or_default();
+        let system_prompt = d
+            .prompt
+            .as_deref()
+            .map(|t| herd_core::agent::render(t, &d.inputs, &given))
+            .transpose()
+            .map_err(|e| at(e.to_string()))?;
+        let env = d.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        overlays.insert(step.id.clone(), StepOverlay { system_prompt, env });
+    }
+    Ok(overlays)
 }
 
 fn dry_run(plan: &Plan, json_out: bool) -> anyhow::Result<u8> {
@@ -61,7 +118,13 @@ fn dry_run(plan: &Plan, json_out: bool) -> anyhow::Result<u8> {
     Ok(exit::COMPLETED)
 }
 
-async fn run_async(paths: StatePaths, plan: Plan, a: RunArgs, file: String) -> anyhow::Result<u8> {
+async fn run_async(
+    paths: StatePaths,
+    plan: Plan,
+    a: RunArgs,
+    file: String,
+    overlays: HashMap<String, StepOverlay>,
+) -> anyhow::Result<u8> {
     let guard = GuardCommand::current_exe().context("cannot find the herd executable")?;
     let engine = Arc::new(Engine::open(paths, guard, "cli")?);
     let (stop_tx, stop_rx) = watch::channel(StopLevel::None);
@@ -74,6 +137,7 @@ async fn run_async(paths: StatePaths, plan: Plan, a: RunArgs, file: String) -> a
         base_dir: std::env::current_dir()?,
         source_file: Some(file),
         summary_cap: DEFAULT_SUMMARY_CAP,
+        overlays,
     };
     let report = engine.run_plan(&plan, opts, stop_rx, Some(tx)).await;
     let _ = display.await;
