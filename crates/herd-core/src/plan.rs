@@ -158,12 +158,15 @@ pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
     let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
     let n: u64 = num.parse().map_err(|_| format!("{s:?} is not a duration (try 90s, 10m, 1h)"))?;
     let secs = match unit.trim() {
-        "" | "s" => n,
-        "m" => n * 60,
-        "h" => n * 3600,
+        "" | "s" => Some(n),
+        "m" => n.checked_mul(60),
+        "h" => n.checked_mul(3600),
         _ => return Err(format!("{s:?} is not a duration (try 90s, 10m, 1h)")),
     };
-    Ok(std::time::Duration::from_secs(secs))
+    match secs {
+        Some(secs @ 1..=7200) => Ok(std::time::Duration::from_secs(secs)),
+        _ => Err(format!("{s:?} is out of range: a timeout is between 1s and 120m")),
+    }
 }
 
 impl PlanFile {

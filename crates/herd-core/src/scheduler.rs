@@ -101,8 +101,17 @@ impl Scheduler {
         out
     }
 
-    /// `step` finished; `ok` says whether it completed.
+    /// `step` finished; `ok` says whether it completed. A failure may be retried.
     pub fn on_finished(&mut self, step: usize, ok: bool) -> Vec<Action> {
+        self.finished_step(step, ok, true)
+    }
+
+    /// `step` failed and must not be retried (it was cancelled).
+    pub fn on_failed_final(&mut self, step: usize) -> Vec<Action> {
+        self.finished_step(step, false, false)
+    }
+
+    fn finished_step(&mut self, step: usize, ok: bool, may_retry: bool) -> Vec<Action> {
         let mut out = Vec::new();
         let StepState::Running { attempt } = self.states[step] else { return out };
         self.running -= 1;
@@ -114,7 +123,7 @@ impl Scheduler {
                     self.ready.push_back(k);
                 }
             }
-        } else if self.starting && self.retries[step] > 0 {
+        } else if may_retry && self.starting && self.retries[step] > 0 {
             self.retries[step] -= 1;
             self.running += 1;
             self.states[step] = StepState::Running { attempt: attempt + 1 };

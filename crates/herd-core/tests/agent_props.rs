@@ -204,7 +204,7 @@ fn agent_def() -> impl Strategy<Value = AgentDef> {
         (proptest::option::of(strings.clone()), strings.clone(), strings),
         (
             proptest::option::of(1u32..),
-            proptest::option::of("[1-9][0-9]{0,3}[smh]?"),
+            proptest::option::of("([1-9][0-9]{0,2}s?|[1-9][0-9]?m|[12]h)"),
             proptest::option::of(1u64..),
         ),
         (prop::collection::btree_map("[A-Z_][A-Z0-9_]{0,8}", "[^\u{0}]{0,10}", 0..3), 0..3usize),

@@ -133,8 +133,9 @@ pub fn sweep_orphans(store: &mut Store) -> Result<Vec<SubagentId>, StoreError> {
         if owner_alive {
             continue;
         }
-        if let (Some(pid), Some(pgid)) = (run.pid, run.pgid)
-            && procfs::is_same_process(pid, run.process_start_time)
+        // Only with a recorded start time: a bare pid may have been reused by a stranger.
+        if let (Some(pid), Some(pgid), Some(start)) = (run.pid, run.pgid, run.process_start_time)
+            && procfs::is_same_process(pid, Some(start))
         {
             procfs::signal_group(pgid, Signal::SIGKILL);
         }

@@ -161,7 +161,6 @@ fn contract(plan_id: &str, plan: &Plan, i: usize, timeout: Duration) -> serde_js
 
 struct Done {
     step: usize,
-    attempt: u32,
     report: Result<TaskReport, EngineError>,
 }
 
@@ -310,7 +309,7 @@ impl Engine {
                         let stop = stop.clone();
                         running.spawn(async move {
                             let report = engine.start_run(id, req, stop, None).await;
-                            Done { step, attempt, report }
+                            Done { step, report }
                         });
                     }
                     Action::DependencyFailed { step, cause } => {
@@ -355,7 +354,7 @@ impl Engine {
             tokio::select! {
                 joined = running.join_next() => {
                     let Some(joined) = joined else { continue };
-                    let Done { step, attempt, report } = match joined {
+                    let Done { step, report } = match joined {
                         Ok(d) => d,
                         Err(e) => return Err(EngineError::Task(e.to_string())),
                     };
@@ -370,10 +369,18 @@ impl Engine {
                     }
                     o.duration_ms = Some(report.duration_ms);
                     o.usage.add(&report.usage);
-                    let retrying = !ok && !cancelled && attempt <= plan.steps[step].fields.retries.unwrap_or(0);
                     if ok {
                         results.insert(step, report.result.clone().unwrap_or_default());
                     }
+                    // A cancelled run is not retried; otherwise the scheduler decides.
+                    actions = if report.status == Status::Cancelled {
+                        sched.on_failed_final(step)
+                    } else {
+                        sched.on_finished(step, ok)
+                    };
+                    let retrying = actions
+                        .iter()
+                        .any(|a| matches!(a, Action::Start { step: s, .. } if *s == step));
                     if !retrying {
                         let status = report.status.to_string();
                         let reason = report.failure.as_ref().map(ToString::to_string);
@@ -382,7 +389,6 @@ impl Engine {
                         o.failure_reason = reason.clone();
                         send(PlanUpdate::Finished { step: key, status, reason });
                     }
-                    actions = sched.on_finished(step, ok);
                     if let Some(budget) = plan.limits.budget_usd
                         && cost >= budget
                     {

@@ -219,6 +219,8 @@ struct RunState<'e> {
     last_progress: Instant,
     obs: Observed,
     stop_reason: Option<StopReason>,
+    /// The terminal event arrived before any stop began.
+    result_before_stop: bool,
     ladder: Ladder,
     ladder_deadline: Option<TInstant>,
 }
@@ -245,6 +247,7 @@ impl<'e> RunState<'e> {
             last_progress: Instant::now(),
             obs: Observed::default(),
             stop_reason: None,
+            result_before_stop: false,
             ladder: Ladder::Idle,
             ladder_deadline: None,
         })
@@ -262,7 +265,8 @@ impl<'e> RunState<'e> {
         let Some((mut stdout, mut stderr)) = child.take_io() else {
             return Ok(self.judge());
         };
-        let timeout_at = TInstant::now() + timeout;
+        let far = TInstant::now() + Duration::from_secs(86400 * 365);
+        let timeout_at = TInstant::now().checked_add(timeout).unwrap_or(far).min(far);
         let mut out_split = LineSplitter::new(cfg.max_line_bytes);
         let mut err_split = LineSplitter::new(64 * 1024);
         let mut out_buf = vec![0u8; 64 * 1024];
@@ -271,14 +275,17 @@ impl<'e> RunState<'e> {
         let mut exited_at: Option<TInstant> = None;
         let mut poll = tokio::time::interval(cfg.cancel_poll);
         let mut stop_open = true;
-        let far = TInstant::now() + Duration::from_secs(86400 * 365);
         while !(out_done && err_done && exited) {
-            // Output still open long after the agent exited: something kept our pipe; stop waiting.
-            if exited_at.is_some_and(|t| t.elapsed() > Duration::from_secs(5)) {
-                break;
-            }
             let ladder_at = self.ladder_deadline.unwrap_or(far);
+            // Output still open 5 s after the agent exited: something kept our pipe; stop waiting.
+            let leak_at = exited_at.map_or(far, |t| t + Duration::from_secs(5));
             tokio::select! {
+                _ = sleep_until(leak_at), if exited_at.is_some() => {
+                    let mut evs = Vec::new();
+                    out_split.finish(|p| self.piece(p, &mut evs, cfg.max_line_bytes));
+                    self.emit(child, evs).await?;
+                    break;
+                }
                 n = stdout.read(&mut out_buf), if !out_done => {
                     let n = n.unwrap_or(0);
                     if n == 0 {
@@ -373,6 +380,14 @@ impl<'e> RunState<'e> {
             }
         }
         child.wait_guard().await;
+        // `herd cancel --force` may kill the group before our next poll saw the request.
+        if self.stop_reason.is_none()
+            && self.obs.result.is_none()
+            && (*stop.borrow() != StopLevel::None
+                || self.engine.store().cancel_requested(&self.id).unwrap_or(false))
+        {
+            self.stop_reason = Some(StopReason::Cancelled);
+        }
         Ok(self.judge())
     }
 
@@ -397,6 +412,9 @@ impl<'e> RunState<'e> {
         for d in &evs {
             match &d.event {
                 AgentEvent::Result(r) => {
+                    if self.stop_reason.is_none() {
+                        self.result_before_stop = true;
+                    }
                     if r.native_session_id.is_some() {
                         self.obs.native_session_id = r.native_session_id.clone();
                     }
@@ -500,7 +518,9 @@ impl<'e> RunState<'e> {
 
     /// Success is an event, not an exit code: our own stop reasons first, then the backend.
     fn judge(&self) -> (Status, Option<FailureReason>) {
-        match self.stop_reason {
+        // The agent's own terminal event came before any stop: it decides.
+        let stop = if self.result_before_stop { None } else { self.stop_reason };
+        match stop {
             Some(StopReason::Cancelled) => (Status::Cancelled, None),
             Some(StopReason::Timeout) => (Status::Failed, Some(FailureReason::Timeout)),
             Some(StopReason::MaxTurns) => (Status::Failed, Some(FailureReason::MaxTurns)),

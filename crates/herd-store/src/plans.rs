@@ -221,7 +221,19 @@ impl Store {
              WHERE orchestration_id = ?1 AND status IN ('pending','running','blocked')",
             params![id, now_ms()],
         )?;
-        finish_orchestration(&tx, id, "failed", 0.0, 0, 0)?;
+        // Status only: the cost and token roll-ups written so far stay.
+        tx.execute(
+            "UPDATE orchestrations SET status = 'failed', completed_at = ?2 WHERE id = ?1",
+            params![id, now_ms()],
+        )?;
+        append_plan_event(
+            &tx,
+            id,
+            now_ms(),
+            "plan_failed",
+            None,
+            &serde_json::json!({"reason": "orphaned"}),
+        )?;
         tx.commit()?;
         Ok(())
     }

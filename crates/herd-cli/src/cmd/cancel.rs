@@ -23,7 +23,11 @@ pub fn run(paths: StatePaths, a: CancelArgs) -> anyhow::Result<u8> {
     let signal_group = |sig: Signal| -> bool {
         let Ok(Some(r)) = store.get(&id) else { return false };
         match (r.pid, r.pgid) {
-            (Some(pid), Some(pgid)) if procfs::is_same_process(pid, r.process_start_time) => {
+            // Only with a recorded start time: a bare pid may have been reused by a stranger.
+            (Some(pid), Some(pgid))
+                if r.process_start_time.is_some()
+                    && procfs::is_same_process(pid, r.process_start_time) =>
+            {
                 procfs::signal_group(pgid, sig)
             }
             _ => false,
