@@ -262,3 +262,26 @@ fn resume_without_native_sessions_replays_history() {
     assert!(text.contains("user: remember 42") && text.contains("assistant: noted"), "{text}");
     assert!(text.contains("<herd:user_prompt>\nwhat was it?\n</herd:user_prompt>"), "{text}");
 }
+
+#[test]
+fn forced_cancel_records_cancelled() {
+    let w = World::new();
+    let child = w
+        .herd(&["task", "x", "--cli", "command", "--json", "--", "sh", "-c", "sleep 78.91"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let sleeping =
+        || procs_with_cmdline("sleep 78.91").iter().any(|(_, c)| c.starts_with("sleep 78.91"));
+    assert!(common::wait_until(Duration::from_secs(10), sleeping));
+    let (_, list) = w.json(&["ps", "--json"]);
+    let id = list[0]["id"].as_str().unwrap().to_owned();
+    let out = w.run(&["cancel", &id, "--force"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(130), "{}", stderr(&out));
+    let (_, row) = w.json(&["show", &id, "--json"]);
+    assert_eq!(row["status"], "cancelled");
+    assert!(!procs_with_cmdline("sleep 78.91").iter().any(|(_, c)| c.starts_with("sleep 78.91")));
+}

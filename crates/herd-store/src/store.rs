@@ -61,7 +61,20 @@ pub(crate) fn open_conn(paths: &StatePaths) -> Result<Connection> {
     let wrap = |source| StoreError::Db { path: shown.clone(), source };
     let mut conn = Connection::open(&db).map_err(wrap)?;
     conn.busy_timeout(Duration::from_secs(10)).map_err(wrap)?;
-    conn.pragma_update(None, "journal_mode", "WAL").map_err(wrap)?;
+    // Switching a fresh database to WAL needs a moment of exclusive access; SQLite reports
+    // "busy" at once instead of waiting when several processes open it at the same time.
+    let mut tries = 0;
+    loop {
+        match conn.pragma_update(None, "journal_mode", "WAL") {
+            Err(rusqlite::Error::SqliteFailure(e, _))
+                if e.code == rusqlite::ErrorCode::DatabaseBusy && tries < 200 =>
+            {
+                tries += 1;
+                std::thread::sleep(Duration::from_millis(25));
+            }
+            other => break other.map_err(wrap)?,
+        }
+    }
     conn.pragma_update(None, "synchronous", "NORMAL").map_err(wrap)?;
     migrate::migrate(&mut conn, &shown)?;
     Ok(conn)

@@ -103,3 +103,18 @@ fn prefixes_resolve_uniquely() {
     assert_eq!(store.get(&a).unwrap().unwrap().failure_reason.as_deref(), Some("orphaned"));
     assert_eq!(store.list(false, 10).unwrap().len(), 1);
 }
+
+#[test]
+fn concurrent_first_opens_migrate_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = StatePaths::new(dir.path().join(".herd"));
+    let handles: Vec<_> = (0..6)
+        .map(|_| {
+            let p = paths.clone();
+            std::thread::spawn(move || Store::open(p).map(|_| ()))
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap().unwrap();
+    }
+}
