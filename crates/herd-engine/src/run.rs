@@ -199,9 +199,18 @@ impl Engine {
         if !backend.holds_stdin() {
             child.close_stdin().await;
         }
-        let outcome = run.pump(&mut child, stop, req.timeout, req.spec.max_turns).await?;
-        let (status, failure) = outcome;
-        run.finish(status, failure, started, &argv).await
+        match run.pump(&mut child, stop, req.timeout, req.spec.max_turns).await {
+            Ok((status, failure)) => run.finish(status, failure, started, &argv).await,
+            Err(e) => {
+                // herd itself failed (store, transcript): stop the agent and, if the store still
+                // takes writes, leave a terminal record rather than a `running` row.
+                child.kill().await;
+                child.wait_guard().await;
+                let failure = FailureReason::AgentError { message: format!("herd error: {e}") };
+                let _ = run.finish(Status::Failed, Some(failure), started, &argv).await;
+                Err(e)
+            }
+        }
     }
 }
 

@@ -141,10 +141,11 @@ async fn run_async(
     };
     let report = engine.run_plan(&plan, opts, stop_rx, Some(tx)).await;
     let _ = display.await;
-    let report = report?;
+    // Flush what was written even when the plan failed with an error.
     if let Some(engine) = Arc::into_inner(engine) {
         engine.shutdown().await?;
     }
+    let report = report?;
     print(&report, a.json)?;
     Ok(match report.status.as_str() {
         "completed" => exit::COMPLETED,
