@@ -374,7 +374,15 @@ impl Engine {
                     }
                     // A cancelled run is not retried; otherwise the scheduler decides.
                     actions = if report.status == Status::Cancelled {
-                        sched.on_failed_final(step)
+                        // The whole plan is being stopped (the run saw it first): skip what is
+                        // pending before this step's failure could cascade as dependency_failed.
+                        let mut a = Vec::new();
+                        if !cancelled && *stop.borrow() != StopLevel::None {
+                            cancelled = true;
+                            a = sched.stop_starting();
+                        }
+                        a.extend(sched.on_failed_final(step));
+                        a
                     } else {
                         sched.on_finished(step, ok)
                     };
