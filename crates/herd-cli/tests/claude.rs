@@ -176,14 +176,8 @@ fn start_sleeping_run(w: &World, scenario: &str, marker: &str) -> std::process::
 fn sigint_cancels_cleanly() {
     let w = world_or_skip!();
     let child = start_sleeping_run(&w, "e2e_sigint", "62.41");
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
-        nix::sys::signal::Signal::SIGINT,
-    )
-    .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert_eq!(out.status.code(), Some(130), "{}", String::from_utf8_lossy(&out.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let (code, v) = common::interrupt(child);
+    assert_eq!(code, Some(130), "{v}");
     assert_eq!(v["status"], "cancelled");
     assert!(procs_with_cmdline("sleep 62.41").is_empty());
     assert!(procs_in(&w.work).is_empty(), "{:?}", procs_in(&w.work));

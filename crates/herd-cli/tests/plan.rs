@@ -197,14 +197,8 @@ fn ctrl_c_cancels_every_step_and_exits_130() {
     assert!(common::wait_until(std::time::Duration::from_secs(10), || {
         common::procs_with_cmdline("sleep 77.31").len() >= 2
     }));
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
-        nix::sys::signal::Signal::SIGINT,
-    )
-    .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert_eq!(out.status.code(), Some(130), "{}", String::from_utf8_lossy(&out.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let (code, v) = common::interrupt(child);
+    assert_eq!(code, Some(130), "{v}");
     assert_eq!(v["status"], "cancelled");
     for s in v["steps"].as_array().unwrap() {
         assert_eq!(s["status"], "cancelled", "{s}");

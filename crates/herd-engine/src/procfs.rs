@@ -9,7 +9,6 @@ use nix::unistd::Pid;
 struct Stat {
     live: bool,
     ppid: u32,
-    pgid: u32,
     start: u64,
 }
 
@@ -19,11 +18,10 @@ fn stat(pid: u32) -> Option<Stat> {
     // The command name may contain spaces and parentheses: fields start after the last ')'.
     let rest = &text[text.rfind(')')? + 1..];
     let f: Vec<&str> = rest.split_ascii_whitespace().collect();
-    // f[0] is field 3 (state): ppid = 4, pgrp = 5, starttime = 22.
+    // f[0] is field 3 (state): ppid = 4, starttime = 22.
     Some(Stat {
         live: !matches!(*f.first()?, "Z" | "X" | "x"),
         ppid: f.get(1)?.parse().ok()?,
-        pgid: f.get(2)?.parse().ok()?,
         start: f.get(19)?.parse().ok()?,
     })
 }
@@ -62,15 +60,6 @@ pub fn descendants(root: u32) -> Vec<u32> {
         }
     }
     out
-}
-
-/// Every process whose process group is `pgid`.
-pub fn group_members(pgid: u32) -> Vec<u32> {
-    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
-    dir.flatten()
-        .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()))
-        .filter(|&pid| stat(pid).is_some_and(|s| s.live && s.pgid == pgid))
-        .collect()
 }
 
 /// Send `sig` to a process group; false if it no longer exists.

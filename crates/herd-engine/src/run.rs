@@ -177,6 +177,7 @@ impl Engine {
         let argv: Vec<String> = std::iter::once(inv.program.display().to_string())
             .chain(inv.args.iter().cloned())
             .collect();
+        run.started_at = Some(now_ms());
         self.writer()
             .update(
                 &id,
@@ -185,7 +186,7 @@ impl Engine {
                     pid: Some(child.pid),
                     pgid: Some(child.pid),
                     process_start_time: child.start_time,
-                    started_at: Some(now_ms()),
+                    started_at: run.started_at,
                     events: vec![AgentEvent::SubagentStarted {
                         pid: child.pid,
                         pgid: child.pid,
@@ -227,6 +228,8 @@ struct RunState<'e> {
     pending: Progress,
     last_progress: Instant,
     obs: Observed,
+    /// When the process started (ms since the epoch), as recorded in its row.
+    started_at: Option<i64>,
     stop_reason: Option<StopReason>,
     /// The terminal event arrived before any stop began.
     result_before_stop: bool,
@@ -255,6 +258,7 @@ impl<'e> RunState<'e> {
             pending: Progress::default(),
             last_progress: Instant::now(),
             obs: Observed::default(),
+            started_at: None,
             stop_reason: None,
             result_before_stop: false,
             ladder: Ladder::Idle,
@@ -623,12 +627,11 @@ impl<'e> RunState<'e> {
             )
             .await?;
         self.transcript.flush()?;
-        let row = self.engine.store().get(&self.id)?;
         Meta {
             id: self.id.to_string(),
             cli: self.backend.kind().to_string(),
             argv: argv.to_vec(),
-            started_at: row.as_ref().and_then(|r| r.started_at),
+            started_at: self.started_at,
             ended_at: now,
             status: status.to_string(),
             exit_reason: failure.as_ref().map(ToString::to_string),

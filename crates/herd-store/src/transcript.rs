@@ -41,12 +41,6 @@ impl Transcript {
         self.out.flush().map_err(io_err(&self.path))
     }
 
-    /// Flush and fsync.
-    pub fn sync(&mut self) -> Result<()> {
-        self.flush()?;
-        self.out.get_ref().sync_data().map_err(io_err(&self.path))
-    }
-
     pub fn bytes(&self) -> u64 {
         self.bytes
     }

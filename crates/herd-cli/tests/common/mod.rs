@@ -124,6 +124,19 @@ fn is_zombie(pid: u32) -> bool {
         .unwrap_or(true)
 }
 
+/// Send SIGINT to a running `herd` and wait for it; returns its exit code and JSON stdout.
+pub fn interrupt(child: std::process::Child) -> (Option<i32>, Value) {
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let v = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    (out.status.code(), v)
+}
+
 /// Poll `f` until it returns true or `limit` passes; returns whether it did.
 pub fn wait_until(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
     let start = Instant::now();
