@@ -237,3 +237,37 @@ fn steps_can_run_agent_definitions() {
     let (_, row) = w.json(&["show", id, "--json"]);
     assert_eq!(row["result"], "loud: Shout about herds.");
 }
+
+#[test]
+fn the_plan_its_steps_and_its_own_events_are_persisted() {
+    let w = World::new();
+    std::fs::write(
+        w.work.join("p.yml"),
+        "defaults: {cli: command}\nsteps:\n  - {id: flaky, prompt: go, retries: 1, command: [sh, -c, \"n=$(cat count 2>/dev/null || echo 0); echo $((n+1)) > count; [ $n -ge 1 ]\"]}\n  - {id: after, prompt: go, depends_on: [flaky], command: [cat]}\n",
+    )
+    .unwrap();
+    let (code, v) = w.json(&["run", "p.yml", "--json"]);
+    assert_eq!(code, 0, "{v}");
+    let store = herd_store::Store::open(herd_store::StatePaths::new(&w.state)).unwrap();
+    let id = v["id"].as_str().unwrap();
+    let plan = store.orchestration(id).unwrap().unwrap();
+    assert_eq!((plan.status.as_str(), plan.total_steps, plan.completed_steps), ("completed", 2, 2));
+    let steps = store.steps(id).unwrap();
+    assert_eq!(steps[0].attempts, 2);
+    assert_eq!(steps[1].subagent_id.as_deref(), v["steps"][1]["subagent_id"].as_str());
+    // A failed attempt that is retried is the failed subagent's record, not a step failure.
+    let kinds: Vec<String> = store.plan_events(id).unwrap().into_iter().map(|e| e.kind).collect();
+    assert_eq!(
+        kinds,
+        [
+            "plan_created",
+            "plan_running",
+            "step_started",
+            "subagent_attempt",
+            "step_completed",
+            "step_started",
+            "step_completed",
+            "plan_completed"
+        ]
+    );
+}
