@@ -1,6 +1,7 @@
 //! herd-store: everything herd persists — the SQLite database (sessions, subagents, events),
 //! its migrations, the single batching event writer, and per-subagent transcripts.
 
+mod audit;
 mod migrate;
 mod model;
 mod plans;
@@ -8,6 +9,10 @@ mod store;
 mod transcript;
 mod writer;
 
+pub use audit::{
+    AUDIT_RETENTION_DAYS, Answered, AuditFilter, AuditRow, NewAudit, NewPermissionRequest,
+    PermissionRequestRow, RunRequests,
+};
 pub use model::{NewSubagent, StoredEvent, SubagentRow, Update};
 pub use plans::{
     ActivePlan, NewOrchestration, NewStep, OrchestrationRow, PlanEvent, StepChange, StepRow,

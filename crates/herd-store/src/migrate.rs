@@ -124,6 +124,45 @@ CREATE TABLE plan_events (
     PRIMARY KEY (orchestration_id, seq)
 ) WITHOUT ROWID;
 "#,
+    // 4: the permission gate: audit log, pending permission requests, auto-approve revocation.
+    r#"
+CREATE TABLE audit_log (
+    id                  INTEGER PRIMARY KEY,
+    ts                  INTEGER NOT NULL,
+    event_type          TEXT NOT NULL,
+    severity            TEXT NOT NULL CHECK (severity IN ('info','warn','error')),
+    subagent_id         TEXT,
+    parent_session_id   TEXT,
+    tool                TEXT,
+    input_preview       TEXT,
+    input_sha256        TEXT,
+    decision            TEXT CHECK (decision IS NULL OR decision IN ('allow','deny','ask','observed')),
+    decided_by          TEXT,
+    rate_limit_state    TEXT,
+    details             TEXT
+);
+CREATE INDEX idx_audit_ts ON audit_log(ts);
+CREATE INDEX idx_audit_subagent ON audit_log(subagent_id, ts);
+CREATE TABLE permission_requests (
+    id                  TEXT PRIMARY KEY,
+    subagent_id         TEXT NOT NULL REFERENCES subagents(id),
+    cli_request_id      TEXT NOT NULL,
+    tool                TEXT NOT NULL,
+    input_preview       TEXT NOT NULL,
+    input_sha256        TEXT NOT NULL,
+    created_at          INTEGER NOT NULL,
+    expires_at          INTEGER NOT NULL,
+    status              TEXT NOT NULL DEFAULT 'pending'
+        CHECK (status IN ('pending','approved','denied','expired','cancelled')),
+    always              INTEGER NOT NULL DEFAULT 0,
+    reason              TEXT,
+    decided_by          TEXT,
+    decided_at          INTEGER
+);
+CREATE INDEX idx_permission_pending ON permission_requests(status, subagent_id);
+ALTER TABLE subagents ADD COLUMN auto_approve_revoked_at INTEGER;
+ALTER TABLE subagents ADD COLUMN auto_approve_revoke_reason TEXT;
+"#,
 ];
 
 /// The schema version this build writes.

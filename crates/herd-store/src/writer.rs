@@ -165,6 +165,42 @@ impl WriterHandle {
         .await
     }
 
+    /// Append an audit entry (in order with the run's events).
+    pub async fn audit(&self, entry: crate::NewAudit) -> Result<()> {
+        self.exec(move |c| crate::audit::insert_audit(c, &entry)).await
+    }
+
+    /// Record whether a run auto-approves, with its `subagent_spawn` audit entry.
+    pub async fn audit_spawn(
+        &self,
+        id: &SubagentId,
+        auto_approve: bool,
+        entry: crate::NewAudit,
+    ) -> Result<()> {
+        let id = id.to_string();
+        self.exec(move |c| {
+            crate::audit::set_auto_approve(c, &id, auto_approve)?;
+            crate::audit::insert_audit(c, &entry)
+        })
+        .await
+    }
+
+    /// Persist a tool call waiting for a person.
+    pub async fn create_permission_request(&self, r: crate::NewPermissionRequest) -> Result<()> {
+        self.exec(move |c| crate::audit::insert_request(c, &r)).await
+    }
+
+    /// Close a request nobody answered (`expired`) or whose run ended (`cancelled`).
+    pub async fn close_permission_request(
+        &self,
+        id: &str,
+        status: &'static str,
+        by: &'static str,
+    ) -> Result<()> {
+        let id = id.to_owned();
+        self.exec(move |c| crate::audit::close_request(c, &id, status, by).map(|_| ())).await
+    }
+
     /// Wait until everything queued so far is committed; reports a failed append since the last flush.
     pub async fn flush(&self) -> Result<()> {
         let (ack, rx) = oneshot::channel();
