@@ -25,6 +25,12 @@ pub fn run(paths: StatePaths, a: RunArgs) -> anyhow::Result<u8> {
     let mut parsed = PlanFile::parse(&file, &src).map_err(|e| UsageError(e.to_string()))?;
     let overlays = resolve_agents(&mut parsed, &file)?;
     let plan = parsed.validate(&file, &src).map_err(|e| UsageError(e.to_string()))?;
+    // The project's rules and hooks apply to every step; a bad config stops the plan here.
+    let root = crate::state::project_root()?;
+    let permissions = herd_engine::config::load(&root)
+        .map_err(|e| UsageError(e.to_string()))?
+        .permissions()
+        .map_err(UsageError)?;
     if a.dry_run {
         return dry_run(&plan, a.json);
     }
@@ -33,7 +39,7 @@ pub fn run(paths: StatePaths, a: RunArgs) -> anyhow::Result<u8> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    rt.block_on(run_async(paths, plan, a, file, overlays))
+    rt.block_on(run_async(paths, plan, a, file, overlays, permissions))
 }
 
 /// Steps naming an `agent` take the definition's fields where the plan leaves them unset, and
@@ -124,6 +130,7 @@ async fn run_async(
     a: RunArgs,
     file: String,
     overlays: HashMap<String, StepOverlay>,
+    permissions: herd_engine::gate::Permissions,
 ) -> anyhow::Result<u8> {
     let guard = GuardCommand::current_exe().context("cannot find the herd executable")?;
     let engine = Arc::new(Engine::open(paths, guard, "cli")?);
@@ -138,6 +145,7 @@ async fn run_async(
         source_file: Some(file),
         summary_cap: DEFAULT_SUMMARY_CAP,
         overlays,
+        permissions,
     };
     let report = engine.run_plan(&plan, opts, stop_rx, Some(tx)).await;
     let _ = display.await;
