@@ -134,6 +134,9 @@ async fn an_mcp_client_lists_the_tools_and_runs_a_task() {
     let e = err(&c, "task", json!({"description": "x", "prompt": "p", "agent_cli": "gpt"})).await;
     assert!(e.starts_with("agent_cli: unknown cli \"gpt\""), "{e}");
     let e =
+        err(&c, "task", json!({"description": "x", "prompt": "p", "agent_cli": "command"})).await;
+    assert!(e.contains("over MCP use \"claude\""), "{e}");
+    let e =
         err(&c, "task", json!({"description": "x", "prompt": "p", "cwd": "/nonexistent"})).await;
     assert!(e.contains("/nonexistent: not an existing directory"), "{e}");
     let cycle = "name: c\nsteps:\n  - {id: a, prompt: one, depends_on: [b]}\n  - {id: b, prompt: two, depends_on: [a]}\n";
@@ -291,6 +294,38 @@ async fn tasks_do_not_outlive_the_server() {
     );
     let log = std::fs::read_to_string(w.state.join("logs/mcp.log")).unwrap();
     assert!(log.contains("shutdown: stopping 1 job(s)") && log.contains("stopped"), "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreground_call_the_client_cancels_stops_its_task() {
+    let w = world_or_skip!();
+    let mock = MockServer::shared();
+    mock.script("mcp_fg_cancel", Script::new().text("never").delay(Duration::from_secs(90)));
+    let c = connect(&w, &[]).await;
+    let args = json!({"description": "slow", "prompt": "SCENARIO=mcp_fg_cancel go"});
+    let Value::Object(map) = args else { unreachable!() };
+    let reached_model = async {
+        while mock.requests_for("mcp_fg_cancel").is_empty() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    // Leaving the select drops the call: the client sends notifications/cancelled.
+    tokio::select! {
+        r = c.call_tool(CallToolRequestParams::new("task").with_arguments(map)) => {
+            panic!("the call returned: {r:?}")
+        }
+        _ = tokio::time::timeout(Duration::from_secs(30), reached_model) => {}
+    }
+    let (_, ps) = w.json(&["ps", "--all", "--json"]);
+    let id = ps[0]["id"].as_str().expect("one task").to_owned();
+    assert!(
+        common::wait_until(Duration::from_secs(15), || show(&w, &id)["status"] == "cancelled"),
+        "{}",
+        show(&w, &id)
+    );
+    let log = std::fs::read_to_string(w.state.join("logs/mcp.log")).unwrap();
+    assert!(log.contains(&format!("{id}: the client cancelled the call")), "{log}");
+    c.cancel().await.unwrap();
 }
 
 /// The env a `herd mcp` started by claude gets: the mock, a dummy key, the test's HOME.

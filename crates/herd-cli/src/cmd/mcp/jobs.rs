@@ -213,6 +213,12 @@ impl Jobs {
     pub async fn cancel(&self, id: &str, force: bool) -> Result<Value, ToolError> {
         let key = self.key(id)?;
         let Some(job) = self.job(&key) else {
+            if key.starts_with("pln_") {
+                return Err(ToolError(format!(
+                    "plan {key} was not started by this server; stop it where it runs (Ctrl-C \
+                     in its herd run)"
+                )));
+            }
             let sid = self.engine.store().resolve(&key)?;
             let asked = self.engine.store().request_cancel(&sid)?;
             let mut v = self.status_of(&key)?;

@@ -77,6 +77,13 @@ impl TaskParams {
             .map(str::parse)
             .transpose()
             .map_err(|e: String| ToolError(format!("agent_cli: {e}")))?;
+        if cli == Some(herd_backends::BackendKind::Command) {
+            return Err(ToolError(
+                "agent_cli: \"command\" runs a program given on herd's command line \
+                 (herd task --cli command -- PROGRAM); over MCP use \"claude\""
+                    .into(),
+            ));
+        }
         let timeout = match self.timeout_s {
             Some(s) if !(1..=7200).contains(&s) => {
                 return Err(ToolError(format!("timeout_s: {s} is out of range (1-7200)")));
