@@ -328,6 +328,43 @@ async fn a_foreground_call_the_client_cancels_stops_its_task() {
     c.cancel().await.unwrap();
 }
 
+#[test]
+fn stdout_carries_only_the_protocol() {
+    // Raw JSON-RPC over pipes; stdin closes right after the call, which still gets its answer.
+    let w = world_or_skip!();
+    MockServer::shared().script("mcp_raw", Script::new().text("raw answer"));
+    let mut child = w
+        .herd(&["mcp"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = [
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "1"}}}),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "task",
+            "arguments": {"description": "raw", "prompt": "SCENARIO=mcp_raw go"}}}),
+    ];
+    let mut stdin = child.stdin.take().unwrap();
+    for l in &lines {
+        std::io::Write::write_all(&mut stdin, format!("{l}\n").as_bytes()).unwrap();
+    }
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let msgs: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON-RPC ({e}): {l}")))
+        .collect();
+    assert!(msgs.iter().all(|m| m["jsonrpc"] == "2.0"), "{stdout}");
+    let answer = msgs.iter().find(|m| m["id"] == 2).unwrap_or_else(|| panic!("{stdout}"));
+    assert_eq!(answer["result"]["structuredContent"]["output"], "raw answer", "{answer}");
+}
+
 /// The env a `herd mcp` started by claude gets: the mock, a dummy key, the test's HOME.
 fn mcp_config(w: &World, dir: &Path) -> std::path::PathBuf {
     let mut env: serde_json::Map<String, Value> =

@@ -199,6 +199,14 @@ fn reply(r: Result<Value, ToolError>) -> CallToolResult {
     }
 }
 
+/// Run a call that starts work on its own task: if the client drops the call half-way, a task
+/// is never left persisted but unstarted (a cancelled call stops its task through the ladder).
+async fn detached(
+    f: impl Future<Output = Result<Value, ToolError>> + Send + 'static,
+) -> Result<Value, ToolError> {
+    tokio::spawn(f).await.unwrap_or_else(|e| Err(ToolError(format!("herd failed: {e}"))))
+}
+
 fn anyhow_err(e: anyhow::Error) -> ToolError {
     ToolError(format!("{e:#}"))
 }
@@ -227,7 +235,8 @@ impl Server {
         Parameters(p): Parameters<TaskParams>,
         ctx: RequestContext<RoleServer>,
     ) -> CallToolResult {
-        let r = self.run_task(p, ctx).await;
+        let server = self.clone();
+        let r = detached(async move { server.run_task(p, ctx).await }).await;
         self.logged("task", r)
     }
 
@@ -292,7 +301,8 @@ impl Server {
         Parameters(p): Parameters<RunPlanParams>,
         ctx: RequestContext<RoleServer>,
     ) -> CallToolResult {
-        let r = self.start_plan(p, ctx).await;
+        let server = self.clone();
+        let r = detached(async move { server.start_plan(p, ctx).await }).await;
         self.logged("run_plan", r)
     }
 
