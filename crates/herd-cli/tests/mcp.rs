@@ -365,6 +365,43 @@ fn stdout_carries_only_the_protocol() {
     assert_eq!(answer["result"]["structuredContent"]["output"], "raw answer", "{answer}");
 }
 
+#[test]
+fn sigterm_stops_the_server_and_its_tasks() {
+    let w = world_or_skip!();
+    let mock = MockServer::shared();
+    mock.script("mcp_term", Script::new().text("never").delay(Duration::from_secs(90)));
+    let mut child = w
+        .herd(&["mcp"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    for l in [
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "1"}}}),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "task",
+            "arguments": {"description": "t", "prompt": "SCENARIO=mcp_term go", "background": true}}}),
+    ] {
+        std::io::Write::write_all(&mut stdin, format!("{l}\n").as_bytes()).unwrap();
+    }
+    assert!(common::wait_until(Duration::from_secs(30), || !mock
+        .requests_for("mcp_term")
+        .is_empty()));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    assert!(common::wait_until(Duration::from_secs(20), || child.try_wait().unwrap().is_some()));
+    let (_, ps) = w.json(&["ps", "--all", "--json"]);
+    assert_eq!(ps[0]["status"], "cancelled", "{ps}");
+    assert!(common::procs_in(&w.work).is_empty(), "{:?}", common::procs_in(&w.work));
+    drop(stdin);
+}
+
 /// The env a `herd mcp` started by claude gets: the mock, a dummy key, the test's HOME.
 fn mcp_config(w: &World, dir: &Path) -> std::path::PathBuf {
     let mut env: serde_json::Map<String, Value> =
@@ -380,6 +417,25 @@ fn mcp_config(w: &World, dir: &Path) -> std::path::PathBuf {
     let path = dir.join("mcp.json");
     std::fs::write(&path, cfg.to_string()).unwrap();
     path
+}
+
+/// The real claude, given herd as an MCP server, on `prompt`; its JSON result.
+fn outer_claude(w: &World, prompt: &str, env: &[(&str, &str)]) -> Value {
+    let cfg = mcp_config(w, w.home.as_path());
+    let out = std::process::Command::new(w.claude.as_ref().unwrap())
+        .args(["-p", prompt, "--output-format", "json", "--mcp-config"])
+        .arg(&cfg)
+        .args(["--strict-mcp-config", "--allowedTools", "mcp__herd__task"])
+        .env_clear()
+        .envs(herd_testkit::claude_env(MockServer::shared(), &w.home))
+        .envs(env.iter().copied())
+        .current_dir(&w.work)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_str(stdout.trim()).unwrap()
 }
 
 #[test]
@@ -411,20 +467,7 @@ fn claude_delegates_to_a_herd_subagent_through_mcp() {
             )
             .text("inner: the file is written"),
     );
-    let cfg = mcp_config(&w, w.home.as_path());
-    let out = std::process::Command::new(w.claude.as_ref().unwrap())
-        .args(["-p", "SCENARIO=mcp_outer go", "--output-format", "json", "--mcp-config"])
-        .arg(&cfg)
-        .args(["--strict-mcp-config", "--allowedTools", "mcp__herd__task"])
-        .env_clear()
-        .envs(herd_testkit::claude_env(mock, &w.home))
-        .current_dir(&w.work)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    let v: Value = serde_json::from_str(stdout.trim()).unwrap();
+    let v = outer_claude(&w, "SCENARIO=mcp_outer go", &[]);
     let result = v["result"].as_str().unwrap();
     assert!(result.starts_with("outer saw: "), "{result}");
     // The tool result the outer claude got is herd's JSON with the subagent's output.
@@ -440,4 +483,29 @@ fn claude_delegates_to_a_herd_subagent_through_mcp() {
     // Nothing but protocol went to stdout; the server logged to the state dir.
     let log = std::fs::read_to_string(w.state.join("logs/mcp.log")).unwrap();
     assert!(log.contains("herd mcp") && log.contains("completed"), "{log}");
+}
+
+#[test]
+fn a_claude_started_by_herd_cannot_delegate_past_the_depth_limit() {
+    // The claude here stands for a subagent herd started (HERD_DEPTH=1); the herd it calls
+    // through MCP inherits that depth from it and refuses.
+    let w = world_or_skip!();
+    let mock = MockServer::shared();
+    mock.script(
+        "mcp_deep_outer",
+        Script::new()
+            .tool_use(
+                "mcp__herd__task",
+                json!({"description": "deeper", "prompt": "SCENARIO=mcp_deep_inner go"}),
+            )
+            .text("outer saw: {{last_tool_result}}"),
+    );
+    mock.script("mcp_deep_inner", Script::new().text("must not run"));
+    let v = outer_claude(&w, "SCENARIO=mcp_deep_outer go", &[("HERD_DEPTH", "1")]);
+    let result = v["result"].as_str().unwrap();
+    assert!(
+        result.contains("depth exceeded: this herd runs inside a subagent at depth 1"),
+        "{result}"
+    );
+    assert!(mock.requests_for("mcp_deep_inner").is_empty());
 }
