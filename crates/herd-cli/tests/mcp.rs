@@ -92,7 +92,10 @@ async fn an_mcp_client_lists_the_tools_and_runs_a_task() {
         .await
         .unwrap()
         .into_iter()
-        .map(|t| json!({"name": t.name, "description": t.description, "input_schema": *t.input_schema}))
+        .map(|t| {
+            json!({"name": t.name, "description": t.description, "annotations": t.annotations,
+                   "input_schema": *t.input_schema})
+        })
         .collect();
     tools.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
     insta::assert_json_snapshot!("mcp_tools", tools);

@@ -240,9 +240,12 @@ impl Server {
         self.logged("task", r)
     }
 
-    #[tool(description = "Status of tasks and plans started through herd: queued, running, \
+    #[tool(
+        description = "Status of tasks and plans started through herd: queued, running, \
         completed, failed (with the reason) or cancelled, with duration, tokens and cost. \
-        Without ids: every task and plan this server started.")]
+        Without ids: every task and plan this server started.",
+        annotations(read_only_hint = true)
+    )]
     async fn task_status(&self, Parameters(p): Parameters<StatusParams>) -> CallToolResult {
         let ids = p.ids.unwrap_or_else(|| self.jobs.all_ids());
         let r = ids
@@ -253,9 +256,12 @@ impl Server {
         self.logged("task_status", r)
     }
 
-    #[tool(description = "Wait until any or all of the given tasks/plans have ended (completed, \
+    #[tool(
+        description = "Wait until any or all of the given tasks/plans have ended (completed, \
         failed or cancelled), at most timeout_s seconds (≤ 600). Returns their statuses and \
-        timed_out; fetch outputs with task_result.")]
+        timed_out; fetch outputs with task_result.",
+        annotations(read_only_hint = true)
+    )]
     async fn task_wait(&self, Parameters(p): Parameters<WaitParams>) -> CallToolResult {
         let r = async {
             let secs = p.timeout_s.unwrap_or(60);
@@ -274,8 +280,11 @@ impl Server {
         self.logged("task_wait", r)
     }
 
-    #[tool(description = "The full result of a finished task (its whole output, status, failure \
-        reason, tokens, cost, transcript path) or plan (every step with its output).")]
+    #[tool(
+        description = "The full result of a finished task (its whole output, status, failure \
+        reason, tokens, cost, transcript path) or plan (every step with its output).",
+        annotations(read_only_hint = true)
+    )]
     async fn task_result(&self, Parameters(p): Parameters<IdParams>) -> CallToolResult {
         let r = self.jobs.result_of(&p.id);
         self.logged("task_result", r)
