@@ -113,9 +113,7 @@ impl Engine {
 
     /// Persist subagent `id` (status `pending`) with its contract, before any process exists.
     pub async fn create_run(&self, id: &SubagentId, req: &TaskRequest) -> Result<(), EngineError> {
-        if self.depth >= self.max_depth {
-            return Err(EngineError::DepthExceeded { depth: self.depth, max: self.max_depth });
-        }
+        self.check_depth()?;
         let env_keys: Vec<&str> = req.env.iter().map(|(k, _)| k.as_str()).collect();
         let me = std::process::id();
         self.writer()

@@ -5,6 +5,7 @@ mod agents;
 mod cancel;
 mod doctor;
 mod inspect;
+mod mcp;
 mod plan;
 mod select;
 mod signals;
@@ -24,6 +25,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Cancel(args) => cancel::run(paths, args),
         Command::Doctor(args) => doctor::run(paths, args),
         Command::Agents(cmd) => agents::run(cmd),
+        Command::Mcp(args) => mcp::run(paths, args),
     }
 }
 

@@ -22,9 +22,7 @@ pub fn run(paths: StatePaths, a: RunArgs) -> anyhow::Result<u8> {
     let file = a.plan.display().to_string();
     let src = std::fs::read_to_string(&a.plan)
         .map_err(|e| UsageError(format!("cannot read plan {file}: {e}")))?;
-    let mut parsed = PlanFile::parse(&file, &src).map_err(|e| UsageError(e.to_string()))?;
-    let overlays = resolve_agents(&mut parsed, &file)?;
-    let plan = parsed.validate(&file, &src).map_err(|e| UsageError(e.to_string()))?;
+    let (plan, overlays) = load(&file, &src)?;
     if a.dry_run {
         return dry_run(&plan, a.json);
     }
@@ -34,6 +32,15 @@ pub fn run(paths: StatePaths, a: RunArgs) -> anyhow::Result<u8> {
         .build()
         .context("cannot start the async runtime")?;
     rt.block_on(run_async(paths, plan, a, file, overlays))
+}
+
+/// Parse and validate plan text (`file` names it in errors), with its steps' agent definitions
+/// applied. Also used by `herd mcp`'s `run_plan`.
+pub(crate) fn load(file: &str, src: &str) -> anyhow::Result<(Plan, HashMap<String, StepOverlay>)> {
+    let mut parsed = PlanFile::parse(file, src).map_err(|e| UsageError(e.to_string()))?;
+    let overlays = resolve_agents(&mut parsed, file)?;
+    let plan = parsed.validate(file, src).map_err(|e| UsageError(e.to_string()))?;
+    Ok((plan, overlays))
 }
 
 /// Steps naming an `agent` take the definition's fields where the plan leaves them unset, and
@@ -138,6 +145,7 @@ async fn run_async(
         source_file: Some(file),
         summary_cap: DEFAULT_SUMMARY_CAP,
         overlays,
+        id: None,
     };
     let report = engine.run_plan(&plan, opts, stop_rx, Some(tx)).await;
     let _ = display.await;

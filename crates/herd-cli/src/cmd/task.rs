@@ -16,8 +16,21 @@ use super::select;
 use crate::cli::TaskArgs;
 use crate::{UsageError, exit, fmt};
 
-pub fn run(paths: StatePaths, mut args: TaskArgs) -> anyhow::Result<u8> {
+pub fn run(paths: StatePaths, args: TaskArgs) -> anyhow::Result<u8> {
     let json_out = args.json;
+    let (req, resume) = prepare(args)?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    rt.block_on(run_async(paths, req, json_out, resume))
+}
+
+/// Turn task arguments into a request: the agent definition, the chosen CLI, the validated
+/// flags. A resume is returned for [`apply_resume`] once the store is open. Shared with
+/// `herd mcp`'s `task` tool.
+pub(crate) fn prepare(mut args: TaskArgs) -> anyhow::Result<(TaskRequest, Option<Resume>)> {
     let resume = args.resume.clone().map(|id| Resume { id, cwd_given: args.cwd.is_some() });
     let root = crate::state::project_root()?;
     let agent = args.agent.as_deref().map(|n| select::find_agent(&root, n)).transpose()?;
@@ -37,12 +50,7 @@ pub fn run(paths: StatePaths, mut args: TaskArgs) -> anyhow::Result<u8> {
     if let Some(f) = &agent {
         select::apply_agent(&mut req, f, &inputs, &root, &flags)?;
     }
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
-    rt.block_on(run_async(paths, req, json_out, resume))
+    Ok((req, resume))
 }
 
 const DEFAULT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30 * 60);
@@ -101,9 +109,10 @@ fn request(a: TaskArgs) -> anyhow::Result<TaskRequest> {
 }
 
 /// `--resume`: which run to continue.
-struct Resume {
-    id: String,
-    cwd_given: bool,
+#[derive(Debug)]
+pub(crate) struct Resume {
+    pub id: String,
+    pub cwd_given: bool,
 }
 
 /// Messages replayed when a run cannot be resumed natively.
@@ -111,7 +120,11 @@ const REPLAY_MESSAGES: usize = 20;
 
 /// Turn `req` into a continuation of an earlier run: the same cli (and command), its cwd, and
 /// either the CLI's own session or the last messages replayed as an untrusted context block.
-fn apply_resume(engine: &Engine, req: &mut TaskRequest, r: &Resume) -> anyhow::Result<()> {
+pub(crate) fn apply_resume(
+    engine: &Engine,
+    req: &mut TaskRequest,
+    r: &Resume,
+) -> anyhow::Result<()> {
     let store = engine.store();
     let id = store.resolve(&r.id)?;
     let row = store.get(&id)?.ok_or_else(|| UsageError(format!("no subagent {}", r.id)))?;
