@@ -55,6 +55,9 @@ pub enum Command {
     Audit(AuditArgs),
     /// Delete audit entries and transcripts past their retention
     Gc(GcArgs),
+    /// Serve herd's tools (task, task_wait, run_plan, ...) to any MCP client over stdio
+    #[command(after_help = MCP_HELP)]
+    Mcp(McpArgs),
 }
 
 #[derive(Debug, Args)]
@@ -153,6 +156,25 @@ pub struct PermissionArgs {
     /// valid; `tool:NAME:TTL` adds a tool (repeatable)
     #[arg(long = "grant", value_name = "SPEC")]
     pub grant: Vec<String>,
+}
+
+const MCP_HELP: &str = "\
+Register herd with an MCP client, e.g. Claude Code:
+  claude mcp add herd -- herd mcp
+or in an --mcp-config / .mcp.json file:
+  {\"mcpServers\": {\"herd\": {\"command\": \"herd\", \"args\": [\"mcp\"]}}}
+The tools are then mcp__herd__task, mcp__herd__task_wait, ... (allow them with
+--allowedTools mcp__herd__task). stdout carries only the protocol; the server logs to
+<state dir>/logs/mcp.log. Tasks it started are stopped when the client disconnects.";
+
+#[derive(Debug, Args)]
+pub struct McpArgs {
+    /// Tasks running at once; more wait in a queue (1-20)
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=20))]
+    pub max_concurrent: u32,
+    /// Tasks that may wait for a slot; beyond that a task is refused with RESOURCE_EXHAUSTED
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(0..=10_000))]
+    pub max_queue: u32,
 }
 
 #[derive(Debug, Subcommand)]

@@ -42,7 +42,11 @@ fn running_id(w: &World) -> String {
     assert!(
         wait_until(Duration::from_secs(20), || {
             let (_, v) = w.json(&["ps", "--json"]);
-            id = v.as_array().and_then(|a| a.first()).and_then(|r| r["id"].as_str()).map(str::to_owned);
+            id = v
+                .as_array()
+                .and_then(|a| a.first())
+                .and_then(|r| r["id"].as_str())
+                .map(str::to_owned);
             id.is_some()
         }),
         "no running subagent"
@@ -56,7 +60,11 @@ fn pending_request(w: &World) -> String {
     assert!(
         wait_until(Duration::from_secs(20), || {
             let (_, v) = w.json(&["approve", "--json"]);
-            id = v.as_array().and_then(|a| a.first()).and_then(|r| r["id"].as_str()).map(str::to_owned);
+            id = v
+                .as_array()
+                .and_then(|a| a.first())
+                .and_then(|r| r["id"].as_str())
+                .map(str::to_owned);
             id.is_some()
         }),
         "no pending permission request"
@@ -162,7 +170,8 @@ fn an_unanswered_call_is_denied_at_the_timeout() {
             .text("done: {{last_tool_result}}"),
     );
     let start = Instant::now();
-    let (code, v) = w.json(&["task", "SCENARIO=perm_timeout go", "--permission-timeout", "2s", "--json"]);
+    let (code, v) =
+        w.json(&["task", "SCENARIO=perm_timeout go", "--permission-timeout", "2s", "--json"]);
     assert_eq!(code, 0, "{v}");
     assert!(start.elapsed() >= Duration::from_secs(2));
     assert!(!never.exists());
@@ -304,7 +313,8 @@ fn auto_approve_needs_known_tools() {
     let out = w.run(&["task", "x", "--auto-approve", "--tools", "Bsh"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("Bsh"));
-    let out = w.run(&["task", "x", "--tools", "Bash", "--auto-approve", "--bash-per-minute", "500"]);
+    let out =
+        w.run(&["task", "x", "--tools", "Bash", "--auto-approve", "--bash-per-minute", "500"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("bash_per_minute"));
     let out = w.run(&["task", "x", "--deny", "Bash(rm *"]);

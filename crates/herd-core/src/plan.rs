@@ -132,8 +132,23 @@ pub const KNOWN_CLIS: &[&str] = &["claude", "command"];
 fn merge(step: &StepFields, d: &StepFields) -> StepFields {
     macro_rules! pick { ($($f:ident),*) => { StepFields { $($f: step.$f.clone().or_else(|| d.$f.clone()),)* } } }
     let mut f = pick!(
-        name, prompt, agent, cli, command, model, cwd, tools, allow, deny, ask, auto_approve,
-        max_turns, timeout, inputs, retries, outputs
+        name,
+        prompt,
+        agent,
+        cli,
+        command,
+        model,
+        cwd,
+        tools,
+        allow,
+        deny,
+        ask,
+        auto_approve,
+        max_turns,
+        timeout,
+        inputs,
+        retries,
+        outputs
     );
     // A step that picks another cli does not inherit the default command line.
     if step.cli.as_deref().is_some_and(|c| c != "command") && step.command.is_none() {

@@ -115,8 +115,9 @@ impl ProjectConfig {
                     return Err(format!("hooks.{event}[{i}].command: empty"));
                 }
                 let timeout = match &h.timeout {
-                    Some(t) => parse_duration(t)
-                        .map_err(|e| format!("hooks.{event}[{i}].timeout: {e}"))?,
+                    Some(t) => {
+                        parse_duration(t).map_err(|e| format!("hooks.{event}[{i}].timeout: {e}"))?
+                    }
                     None => DEFAULT_HOOK_TIMEOUT,
                 };
                 perms.hooks.push(HookDef {

@@ -131,6 +131,14 @@ impl Engine {
         self.store.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Refuse to start subagents when this herd already runs at the depth limit.
+    pub fn check_depth(&self) -> Result<(), EngineError> {
+        if self.depth >= self.max_depth {
+            return Err(EngineError::DepthExceeded { depth: self.depth, max: self.max_depth });
+        }
+        Ok(())
+    }
+
     /// Flush and stop the writer.
     pub async fn shutdown(self) -> Result<(), EngineError> {
         Ok(self.writer.shutdown().await?)

@@ -42,6 +42,9 @@ pub struct PlanOptions {
     pub overlays: HashMap<String, StepOverlay>,
     /// Rules, hooks and limits every step starts from (the project's config).
     pub permissions: crate::gate::Permissions,
+    /// The plan's id (`pln_…`), when the caller must know it before the plan ends (a background
+    /// plan of `herd mcp`); generated otherwise.
+    pub id: Option<String>,
 }
 
 /// What a step's agent definition adds beyond plan fields.
@@ -194,7 +197,8 @@ impl Engine {
         mut stop: watch::Receiver<StopLevel>,
         updates: Option<mpsc::UnboundedSender<PlanUpdate>>,
     ) -> Result<PlanReport, EngineError> {
-        let plan_id = format!("pln_{}", SubagentId::generate());
+        self.check_depth()?;
+        let plan_id = opts.id.clone().unwrap_or_else(|| format!("pln_{}", SubagentId::generate()));
         let plan_timeout = plan.limits.timeout.as_deref().and_then(|t| parse_duration(t).ok());
         let bound = opts
             .max_concurrent

@@ -118,9 +118,7 @@ impl Engine {
 
     /// Persist subagent `id` (status `pending`) with its contract, before any process exists.
     pub async fn create_run(&self, id: &SubagentId, req: &TaskRequest) -> Result<(), EngineError> {
-        if self.depth >= self.max_depth {
-            return Err(EngineError::DepthExceeded { depth: self.depth, max: self.max_depth });
-        }
+        self.check_depth()?;
         req.permissions.validate(&req.spec).map_err(EngineError::InvalidPermissionConfig)?;
         let env_keys: Vec<&str> = req.env.iter().map(|(k, _)| k.as_str()).collect();
         let me = std::process::id();
@@ -595,7 +593,11 @@ impl<'e> RunState<'e> {
     }
 
     /// The SubagentStop hooks, then the end of the run in the audit log.
-    async fn audit_end(&self, status: Status, failure: Option<&FailureReason>) -> Result<(), EngineError> {
+    async fn audit_end(
+        &self,
+        status: Status,
+        failure: Option<&FailureReason>,
+    ) -> Result<(), EngineError> {
         let gate = &self.calls.gate;
         let name = gate.names().subagent_name.clone();
         let reason = failure.map(ToString::to_string);

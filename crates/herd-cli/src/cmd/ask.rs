@@ -39,7 +39,8 @@ pub fn spawn(
             if ev.subagent_id != id {
                 continue;
             }
-            let AgentEvent::PermissionRequested { request, tool, input_preview, timeout_ms } = &ev.event
+            let AgentEvent::PermissionRequested { request, tool, input_preview, timeout_ms } =
+                &ev.event
             else {
                 continue;
             };

@@ -6,6 +6,7 @@ mod ask;
 mod cancel;
 mod doctor;
 mod inspect;
+mod mcp;
 mod permissions;
 mod plan;
 mod select;
@@ -31,6 +32,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Revoke(args) => permissions::revoke(paths, args),
         Command::Audit(args) => permissions::audit(paths, args),
         Command::Gc(args) => permissions::gc(paths, args),
+        Command::Mcp(args) => mcp::run(paths, args),
     }
 }
 

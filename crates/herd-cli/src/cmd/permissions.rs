@@ -44,10 +44,9 @@ fn answer(
             println!("{id} {verb}");
             Ok(0)
         }
-        Answered::AlreadyDecided(status) => Err(UsageError(format!(
-            "{id} was already decided ({status}); nothing changed"
-        ))
-        .into()),
+        Answered::AlreadyDecided(status) => {
+            Err(UsageError(format!("{id} was already decided ({status}); nothing changed")).into())
+        }
     }
 }
 
@@ -140,7 +139,9 @@ pub fn audit(paths: StatePaths, a: AuditArgs) -> anyhow::Result<u8> {
 
 /// `1h`, `7d`, `90m` ago, or an RFC 3339 time.
 fn parse_since(s: &str) -> Result<i64, UsageError> {
-    let bad = || UsageError(format!("--since {s:?}: expected a duration like 1h or 7d, or an RFC 3339 time"));
+    let bad = || {
+        UsageError(format!("--since {s:?}: expected a duration like 1h or 7d, or an RFC 3339 time"))
+    };
     if let Ok(d) = humantime::parse_duration(s.trim()) {
         return Ok(now_ms() - d.as_millis() as i64);
     }

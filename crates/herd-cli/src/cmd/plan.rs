@@ -22,15 +22,9 @@ pub fn run(paths: StatePaths, a: RunArgs) -> anyhow::Result<u8> {
     let file = a.plan.display().to_string();
     let src = std::fs::read_to_string(&a.plan)
         .map_err(|e| UsageError(format!("cannot read plan {file}: {e}")))?;
-    let mut parsed = PlanFile::parse(&file, &src).map_err(|e| UsageError(e.to_string()))?;
-    let overlays = resolve_agents(&mut parsed, &file)?;
-    let plan = parsed.validate(&file, &src).map_err(|e| UsageError(e.to_string()))?;
+    let (plan, overlays) = load(&file, &src)?;
     // The project's rules and hooks apply to every step; a bad config stops the plan here.
-    let root = crate::state::project_root()?;
-    let permissions = herd_engine::config::load(&root)
-        .map_err(|e| UsageError(e.to_string()))?
-        .permissions()
-        .map_err(UsageError)?;
+    let permissions = super::select::project_permissions()?;
     if a.dry_run {
         return dry_run(&plan, a.json);
     }
@@ -40,6 +34,15 @@ pub fn run(paths: StatePaths, a: RunArgs) -> anyhow::Result<u8> {
         .build()
         .context("cannot start the async runtime")?;
     rt.block_on(run_async(paths, plan, a, file, overlays, permissions))
+}
+
+/// Parse and validate plan text (`file` names it in errors), with its steps' agent definitions
+/// applied. Also used by `herd mcp`'s `run_plan`.
+pub(crate) fn load(file: &str, src: &str) -> anyhow::Result<(Plan, HashMap<String, StepOverlay>)> {
+    let mut parsed = PlanFile::parse(file, src).map_err(|e| UsageError(e.to_string()))?;
+    let overlays = resolve_agents(&mut parsed, file)?;
+    let plan = parsed.validate(file, src).map_err(|e| UsageError(e.to_string()))?;
+    Ok((plan, overlays))
 }
 
 /// Steps naming an `agent` take the definition's fields where the plan leaves them unset, and
@@ -146,6 +149,7 @@ async fn run_async(
         summary_cap: DEFAULT_SUMMARY_CAP,
         overlays,
         permissions,
+        id: None,
     };
     let report = engine.run_plan(&plan, opts, stop_rx, Some(tx)).await;
     let _ = display.await;

@@ -27,6 +27,14 @@ fn backend_of(cli: Cli) -> Result<BackendKind, UsageError> {
     }
 }
 
+/// The permissions every run in this project starts from: `.herd/config.yml`'s rules, hooks
+/// and ask timeout. A bad config is a usage error naming the file and field.
+pub fn project_permissions() -> anyhow::Result<herd_engine::gate::Permissions> {
+    let root = crate::state::project_root()?;
+    let cfg = herd_engine::config::load(&root).map_err(|e| UsageError(e.to_string()))?;
+    Ok(cfg.permissions().map_err(UsageError)?)
+}
+
 /// Find a runnable agent by name.
 pub fn find_agent(root: &Path, name: &str) -> anyhow::Result<Found> {
     let mut cat = super::agents::catalog(root);

@@ -8,12 +8,14 @@ use std::time::Duration;
 
 use anyhow::Context;
 use herd_backends::{BackendKind, RunSpec};
-use herd_core::{FailureReason, Status, SubagentId};
 use herd_core::permission::{
     AutoApproveConfig, GrantKind, GrantSpec, Grants, Rule, Secret, parse_grant_spec,
 };
+use herd_core::{FailureReason, Status, SubagentId};
 use herd_engine::gate::Permissions;
-use herd_engine::{Engine, EngineError, GuardCommand, Progress, StopLevel, TaskReport, TaskRequest};
+use herd_engine::{
+    Engine, EngineError, GuardCommand, Progress, StopLevel, TaskReport, TaskRequest,
+};
 use herd_store::StatePaths;
 use serde_json::json;
 use tokio::sync::watch;
@@ -22,8 +24,21 @@ use super::select;
 use crate::cli::{PermissionArgs, TaskArgs};
 use crate::{UsageError, exit, fmt};
 
-pub fn run(paths: StatePaths, mut args: TaskArgs) -> anyhow::Result<u8> {
+pub fn run(paths: StatePaths, args: TaskArgs) -> anyhow::Result<u8> {
     let json_out = args.json;
+    let (req, resume) = prepare(args)?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    rt.block_on(run_async(paths, req, json_out, resume))
+}
+
+/// Turn task arguments into a request: the agent definition, the chosen CLI, the validated
+/// flags. A resume is returned for [`apply_resume`] once the store is open. Shared with
+/// `herd mcp`'s `task` tool.
+pub(crate) fn prepare(mut args: TaskArgs) -> anyhow::Result<(TaskRequest, Option<Resume>)> {
     let resume = args.resume.clone().map(|id| Resume { id, cwd_given: args.cwd.is_some() });
     let root = crate::state::project_root()?;
     let agent = args.agent.as_deref().map(|n| select::find_agent(&root, n)).transpose()?;
@@ -47,12 +62,7 @@ pub fn run(paths: StatePaths, mut args: TaskArgs) -> anyhow::Result<u8> {
     req.permissions = permissions(perm_args, &root)?;
     // Refused before anything is created: exit 2, INVALID_PERMISSION_CONFIG.
     req.permissions.validate(&req.spec).map_err(UsageError)?;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
-    rt.block_on(run_async(paths, req, json_out, resume))
+    Ok((req, resume))
 }
 
 const DEFAULT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30 * 60);
@@ -161,9 +171,10 @@ fn request(a: TaskArgs) -> anyhow::Result<TaskRequest> {
 }
 
 /// `--resume`: which run to continue.
-struct Resume {
-    id: String,
-    cwd_given: bool,
+#[derive(Debug)]
+pub(crate) struct Resume {
+    pub id: String,
+    pub cwd_given: bool,
 }
 
 /// Messages replayed when a run cannot be resumed natively.
@@ -171,7 +182,11 @@ const REPLAY_MESSAGES: usize = 20;
 
 /// Turn `req` into a continuation of an earlier run: the same cli (and command), its cwd, and
 /// either the CLI's own session or the last messages replayed as an untrusted context block.
-fn apply_resume(engine: &Engine, req: &mut TaskRequest, r: &Resume) -> anyhow::Result<()> {
+pub(crate) fn apply_resume(
+    engine: &Engine,
+    req: &mut TaskRequest,
+    r: &Resume,
+) -> anyhow::Result<()> {
     let store = engine.store();
     let id = store.resolve(&r.id)?;
     let row = store.get(&id)?.ok_or_else(|| UsageError(format!("no subagent {}", r.id)))?;

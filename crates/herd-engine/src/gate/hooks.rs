@@ -51,7 +51,10 @@ impl HookDef {
     pub fn applies(&self, event: HookEvent, subject: &str) -> bool {
         self.event == event
             && self.matcher.as_deref().is_none_or(|m| {
-                herd_core::permission::glob_match(&m.to_ascii_lowercase(), &subject.to_ascii_lowercase())
+                herd_core::permission::glob_match(
+                    &m.to_ascii_lowercase(),
+                    &subject.to_ascii_lowercase(),
+                )
             })
     }
 }
@@ -155,11 +158,13 @@ pub async fn run_hook(
             let text = herd_core::truncate_str(&text, MESSAGE_CAP).to_owned();
             match status.code() {
                 Some(0) => HookOutcome::Ok,
-                Some(2) if hook.event == HookEvent::PreToolUse => HookOutcome::Veto(if text.is_empty() {
-                    "vetoed by a PreToolUse hook".into()
-                } else {
-                    text
-                }),
+                Some(2) if hook.event == HookEvent::PreToolUse => {
+                    HookOutcome::Veto(if text.is_empty() {
+                        "vetoed by a PreToolUse hook".into()
+                    } else {
+                        text
+                    })
+                }
                 Some(c) => HookOutcome::Failed(format!("exit code {c}: {text}")),
                 None => HookOutcome::Failed(format!("killed by a signal: {text}")),
             }
@@ -178,19 +183,34 @@ mod tests {
     #[tokio::test]
     async fn veto_failure_timeout_and_input() {
         let dir = tempfile::tempdir().unwrap();
-        let names = HookEnv { subagent_name: "w".into(), tool: Some("Bash".into()), ..Default::default() };
+        let names =
+            HookEnv { subagent_name: "w".into(), tool: Some("Bash".into()), ..Default::default() };
         let payload = serde_json::json!({"tool": "Bash", "input": {"command": "rm -rf /"}});
-        let veto = hook(HookEvent::PreToolUse, "grep -q 'rm -rf' && { echo 'no rm' >&2; exit 2; }; exit 0");
-        assert_eq!(run_hook(&veto, &payload, &names, dir.path()).await, HookOutcome::Veto("no rm".into()));
+        let veto = hook(
+            HookEvent::PreToolUse,
+            "grep -q 'rm -rf' && { echo 'no rm' >&2; exit 2; }; exit 0",
+        );
+        assert_eq!(
+            run_hook(&veto, &payload, &names, dir.path()).await,
+            HookOutcome::Veto("no rm".into())
+        );
         let ok = serde_json::json!({"input": {"command": "ls"}});
         assert_eq!(run_hook(&veto, &ok, &names, dir.path()).await, HookOutcome::Ok);
         // Exit 2 vetoes only before a tool call.
         let post = hook(HookEvent::PostToolUse, "echo boom >&2; exit 2");
-        assert!(matches!(run_hook(&post, &payload, &names, dir.path()).await, HookOutcome::Failed(m) if m.contains("boom")));
-        let env = hook(HookEvent::SubagentStart, "test \"$HERD_SUBAGENT_NAME/$HERD_HOOK_EVENT/$HERD_TOOL_NAME\" = w/SubagentStart/Bash");
+        assert!(
+            matches!(run_hook(&post, &payload, &names, dir.path()).await, HookOutcome::Failed(m) if m.contains("boom"))
+        );
+        let env = hook(
+            HookEvent::SubagentStart,
+            "test \"$HERD_SUBAGENT_NAME/$HERD_HOOK_EVENT/$HERD_TOOL_NAME\" = w/SubagentStart/Bash",
+        );
         assert_eq!(run_hook(&env, &payload, &names, dir.path()).await, HookOutcome::Ok);
         let missing = hook(HookEvent::SubagentStop, "/nonexistent/hook");
-        assert!(matches!(run_hook(&missing, &payload, &names, dir.path()).await, HookOutcome::Failed(_)));
+        assert!(matches!(
+            run_hook(&missing, &payload, &names, dir.path()).await,
+            HookOutcome::Failed(_)
+        ));
         let mut slow = hook(HookEvent::SubagentStop, "sleep 30");
         slow.timeout = Duration::from_millis(200);
         let t = std::time::Instant::now();

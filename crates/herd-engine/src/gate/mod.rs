@@ -79,9 +79,8 @@ impl Permissions {
         self.run_policy(spec)?;
         match &self.auto_approve {
             Some(cfg) => {
-                let tools: Vec<String> =
-                    spec.tools.as_deref().unwrap_or_default().iter().map(|t| normalize_tool(t)).collect();
-                validate_auto_approve(&tools, cfg).map_err(|e: PermissionConfigError| e.to_string())
+                let tools = spec.tools.as_deref().unwrap_or_default();
+                validate_auto_approve(tools, cfg).map_err(|e: PermissionConfigError| e.to_string())
             }
             None => Ok(()),
         }
@@ -93,10 +92,12 @@ impl Permissions {
         let rules = |r: &[Rule]| r.iter().map(ToString::to_string).collect::<Vec<_>>();
         let now = tokio::time::Instant::now().into_std();
         let grants = lock(&self.grants);
+        let allow = [rules(&self.policy.allow), spec.allow.clone()].concat();
+        let deny = [rules(&self.policy.deny), spec.deny.clone()].concat();
         json!({
             "tools": tools,
-            "allow": [rules(&self.policy.allow), spec.allow.clone()].concat(),
-            "deny": [rules(&self.policy.deny), spec.deny.clone()].concat(),
+            "allow": allow,
+            "deny": deny,
             "ask": rules(&self.policy.ask),
             "readonly": self.policy.readonly,
             "auto_approve": self.auto_approve,
@@ -245,7 +246,10 @@ impl Gate {
         (req.request_id, answer)
     }
 
-    async fn pipeline(&self, req: &ToolRequest) -> Result<PermissionAnswer, herd_store::StoreError> {
+    async fn pipeline(
+        &self,
+        req: &ToolRequest,
+    ) -> Result<PermissionAnswer, herd_store::StoreError> {
         let call = Call::new(&req.tool, &req.input, Some(&self.cwd));
         let granted = lock(&self.perms.grants).valid_tools(now());
         let decision = {
@@ -281,7 +285,10 @@ impl Gate {
         }
     }
 
-    async fn auto_or_ask(&self, req: &ToolRequest) -> Result<PermissionAnswer, herd_store::StoreError> {
+    async fn auto_or_ask(
+        &self,
+        req: &ToolRequest,
+    ) -> Result<PermissionAnswer, herd_store::StoreError> {
         let kind = CallKind::of(&normalize_tool(&req.tool));
         loop {
             let attempt = {
@@ -293,7 +300,11 @@ impl Gate {
                         if a.time_remaining(t).is_none() {
                             Some(Err(None))
                         } else {
-                            Some(a.try_acquire(kind, t).map_err(Some).map(|s| (s, a.time_remaining(t))))
+                            Some(
+                                a.try_acquire(kind, t)
+                                    .map_err(Some)
+                                    .map(|s| (s, a.time_remaining(t))),
+                            )
                         }
                     }
                     _ => None,
@@ -325,7 +336,12 @@ impl Gate {
                 }
                 Some(Err(None)) => {
                     return self
-                        .deny(req, "subagent_timeout", "the auto-approve time box is over".into(), None)
+                        .deny(
+                            req,
+                            "subagent_timeout",
+                            "the auto-approve time box is over".into(),
+                            None,
+                        )
                         .await;
                 }
                 Some(Err(Some(limited))) => {
@@ -353,7 +369,11 @@ impl Gate {
     }
 
     /// Ask a person: a pending request anyone can answer; denied when nobody does in time.
-    async fn ask_person(&self, req: &ToolRequest, why: String) -> Result<PermissionAnswer, herd_store::StoreError> {
+    async fn ask_person(
+        &self,
+        req: &ToolRequest,
+        why: String,
+    ) -> Result<PermissionAnswer, herd_store::StoreError> {
         let id = format!("perm_{}", SubagentId::generate());
         let timeout = self.perms.ask_timeout;
         let preview = input_preview(&req.input);
@@ -376,8 +396,16 @@ impl Gate {
         };
         self.writer.append(&self.subagent, vec![Decoded::top(ev)]).await?;
         let details = Some(json!({"request": id}));
-        self.record(Entry { event_type: "permission_request", severity: "info", decision: Some("ask"), by: why, rate: None, details, req })
-            .await?;
+        self.record(Entry {
+            event_type: "permission_request",
+            severity: "info",
+            decision: Some("ask"),
+            by: why,
+            rate: None,
+            details,
+            req,
+        })
+        .await?;
         let deadline = tokio::time::Instant::now() + timeout;
         let mut tick = tokio::time::interval(Duration::from_millis(100));
         loop {
@@ -390,7 +418,11 @@ impl Gate {
                         let pattern = main_input(&tool, &req.input);
                         lock(&self.state).always.push(Rule { tool, pattern });
                     }
-                    let by = format!("a person ({}){}", r.decided_by.unwrap_or_default(), if r.always { ", always" } else { "" });
+                    let by = format!(
+                        "a person ({}){}",
+                        r.decided_by.unwrap_or_default(),
+                        if r.always { ", always" } else { "" }
+                    );
                     return self.allow(req, "permission_decision", by, Some(id)).await;
                 }
                 Some(r) if r.status == "denied" => {
@@ -399,7 +431,9 @@ impl Gate {
                     return self.deny(req, "permission_decision", by, None).await;
                 }
                 Some(r) if r.status != "pending" => {
-                    return self.deny(req, "permission_decision", format!("request {}", r.status), None).await;
+                    return self
+                        .deny(req, "permission_decision", format!("request {}", r.status), None)
+                        .await;
                 }
                 _ => {}
             }
@@ -419,8 +453,16 @@ impl Gate {
         request: Option<String>,
     ) -> Result<PermissionAnswer, herd_store::StoreError> {
         let details = request.map(|r| json!({"request": r}));
-        self.record(Entry { event_type, severity: "info", decision: Some("allow"), by, rate: None, details, req })
-            .await?;
+        self.record(Entry {
+            event_type,
+            severity: "info",
+            decision: Some("allow"),
+            by,
+            rate: None,
+            details,
+            req,
+        })
+        .await?;
         Ok(PermissionAnswer::Allow { input: req.input.clone() })
     }
 
@@ -432,8 +474,16 @@ impl Gate {
         rate: Option<Value>,
     ) -> Result<PermissionAnswer, herd_store::StoreError> {
         let message = format!("Denied by herd: {by}");
-        self.record(Entry { event_type, severity: "warn", decision: Some("deny"), by, rate, details: None, req })
-            .await?;
+        self.record(Entry {
+            event_type,
+            severity: "warn",
+            decision: Some("deny"),
+            by,
+            rate,
+            details: None,
+            req,
+        })
+        .await?;
         Ok(PermissionAnswer::Deny { message })
     }
 

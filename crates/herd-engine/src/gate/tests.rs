@@ -16,14 +16,33 @@ struct Fixture {
     _dir: tempfile::TempDir,
     store: Arc<Mutex<Store>>,
     writer: Writer,
+    id: SubagentId,
 }
 
 fn fixture() -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let paths = StatePaths::new(dir.path().join(".herd"));
-    let store = Store::open(paths.clone()).unwrap();
+    let mut store = Store::open(paths.clone()).unwrap();
+    store.create_session("s1", "test", dir.path()).unwrap();
+    let id = SubagentId::generate();
+    store
+        .create_subagent(&herd_store::NewSubagent {
+            id: id.clone(),
+            parent_session_id: "s1".into(),
+            name: "t".into(),
+            cli: "claude".into(),
+            prompt: "p".into(),
+            model: None,
+            working_directory: "/tmp".into(),
+            max_turns: None,
+            timeout_ms: None,
+            spec: json!({}),
+            owner_pid: std::process::id(),
+            owner_start_time: None,
+        })
+        .unwrap();
     let writer = Writer::start(&paths).unwrap();
-    Fixture { _dir: dir, store: Arc::new(Mutex::new(store)), writer }
+    Fixture { _dir: dir, store: Arc::new(Mutex::new(store)), writer, id }
 }
 
 fn gate(f: &Fixture, perms: Permissions, inherited: &[Policy], spec: &RunSpec) -> Arc<Gate> {
@@ -33,7 +52,7 @@ fn gate(f: &Fixture, perms: Permissions, inherited: &[Policy], spec: &RunSpec) -
         spec,
         f.writer.handle(),
         f.store.clone(),
-        SubagentId::generate(),
+        f.id.clone(),
         HookEnv::default(),
         std::env::temp_dir(),
     ))
@@ -55,7 +74,10 @@ async fn decide(g: &Arc<Gate>, req: ToolRequest) -> bool {
             assert!(input.is_object(), "allow always carries the input");
             true
         }
-        PermissionAnswer::Deny { .. } => false,
+        PermissionAnswer::Deny { message } => {
+            eprintln!("denied: {message}");
+            false
+        }
     }
 }
 
@@ -71,7 +93,12 @@ async fn rules_layers_and_auto_approve_windows() {
     let cfg = AutoApproveConfig { bash_per_minute: 1, ..AutoApproveConfig::default() };
     let perms = Permissions { auto_approve: Some(cfg), ..Permissions::default() };
     // The parent herd denies curl: its child can only narrow.
-    let parent = Policy { deny: vec![Rule::parse("Bash(curl *)").unwrap()], ..Policy::default() };
+    // (A parent that is silent about a call would make it undecided here: children narrow.)
+    let parent = Policy {
+        allow: vec![Rule::parse("Bash").unwrap()],
+        deny: vec![Rule::parse("Bash(curl *)").unwrap()],
+        ..Policy::default()
+    };
     let g = gate(&f, perms, &[parent], &spec);
 
     assert!(decide(&g, bash("echo hi")).await, "allow rule");
@@ -128,7 +155,11 @@ async fn grants_expire_with_the_clock_and_secrets_are_never_summarised() {
     let mut grants = Grants::default();
     let t0 = tokio::time::Instant::now().into_std();
     let secret = Secret::from("s3cret-value".to_owned());
-    grants.add(GrantKind::Secret { name: "TOKEN".into(), value: secret }, Duration::from_secs(10), t0);
+    grants.add(
+        GrantKind::Secret { name: "TOKEN".into(), value: secret },
+        Duration::from_secs(10),
+        t0,
+    );
     grants.add(GrantKind::Tool { name: "write".into() }, Duration::from_secs(30), t0);
     let perms = Permissions { grants: Arc::new(Mutex::new(grants)), ..Permissions::default() };
     assert_eq!(granted_env(&perms).get("TOKEN").map(String::as_str), Some("s3cret-value"));

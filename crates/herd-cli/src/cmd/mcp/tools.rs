@@ -1,0 +1,408 @@
+//! The MCP tools of `herd mcp`: their parameters (JSON Schemas read by models), how each call
+//! becomes a task or plan request, and how results and errors go back as tool results.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use herd_engine::plan::{DEFAULT_SUMMARY_CAP, PlanOptions};
+use rmcp::handler::server::router::tool::ToolRouter;
+use rmcp::handler::server::wrapper::Parameters;
+use rmcp::model::{CallToolResult, ContentBlock, Implementation, ServerCapabilities, ServerConfig};
+use rmcp::service::RequestContext;
+use rmcp::{RoleServer, ServerHandler, tool, tool_handler, tool_router};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::jobs::{Jobs, ToolError};
+use super::log::Log;
+use crate::cli::TaskArgs;
+use crate::cmd::task;
+
+/// The longest `task_wait` (seconds).
+const MAX_WAIT_S: u64 = 600;
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TaskParams {
+    /// A short label for the task (3-5 words), shown in task_status and `herd ps`.
+    pub description: String,
+    #[doc = "The full task for the subagent: what to do, where, and what to report back. The subagent \
+    does not see this conversation, so include every detail it needs."]
+    pub prompt: String,
+    #[doc = "Run a named agent definition (from .herd/agents, .claude/agents, ...; see `herd agents \
+    list`). Its prompt template, tools, rules and limits apply."]
+    pub agent_name: Option<String>,
+    #[doc = "Which agent CLI runs the task (e.g. \"claude\"); overrides the agent definition's cli. \
+    Default: the agent's cli, else default_cli in .herd/config.yml, else claude."]
+    pub agent_cli: Option<String>,
+    /// Values for the agent definition's prompt template inputs (needs agent_name).
+    pub inputs: Option<BTreeMap<String, String>>,
+    #[doc = "Return at once with the task's session_id instead of waiting; then use task_wait and \
+    task_result. Background tasks share a bounded pool: when it is full the call fails \
+    with RESOURCE_EXHAUSTED."]
+    pub background: Option<bool>,
+    #[doc = "Continue an earlier, finished task (its session_id): the same agent CLI session with \
+    this prompt as the next message."]
+    pub session_id: Option<String>,
+    #[doc = "Working directory of the subagent (default: where herd runs; for a resumed task, the \
+    original one)."]
+    pub cwd: Option<String>,
+    /// Model name or alias for the agent CLI (e.g. "sonnet").
+    pub model: Option<String>,
+    /// The only tools the subagent has (e.g. ["Read", "Grep"]); [] for none.
+    pub tools: Option<Vec<String>>,
+    /// Rules for tool calls that run without asking, e.g. "Edit" or "Bash(cargo test *)".
+    pub allow: Option<Vec<String>>,
+    /// Rules for tool calls that are refused, e.g. "Bash(rm *)". Deny wins over allow.
+    pub deny: Option<Vec<String>>,
+    /// Stop the subagent after this many model turns.
+    #[schemars(range(min = 1, max = 10000))]
+    pub max_turns: Option<u32>,
+    /// Give up after this many seconds (1-7200; default: the agent's, else 1800).
+    #[schemars(range(min = 1, max = 7200))]
+    pub timeout_s: Option<u64>,
+    // Issue 5 (worktrees) adds `workspace` and issue 6 (permission gate) `auto_approve` here;
+    // map them onto TaskArgs in `task_args` below.
+}
+
+impl TaskParams {
+    /// The same arguments `herd task` takes, so both share one path to a request.
+    fn task_args(self) -> Result<TaskArgs, ToolError> {
+        let cli = self
+            .agent_cli
+            .as_deref()
+            .map(str::parse)
+            .transpose()
+            .map_err(|e: String| ToolError(format!("agent_cli: {e}")))?;
+        if cli == Some(herd_backends::BackendKind::Command) {
+            return Err(ToolError(
+                "agent_cli: \"command\" runs a program given on herd's command line \
+                 (herd task --cli command -- PROGRAM); over MCP use \"claude\""
+                    .into(),
+            ));
+        }
+        let timeout = match self.timeout_s {
+            Some(s) if !(1..=7200).contains(&s) => {
+                return Err(ToolError(format!("timeout_s: {s} is out of range (1-7200)")));
+            }
+            s => s.map(Duration::from_secs),
+        };
+        if self.max_turns.is_some_and(|t| !(1..=10_000).contains(&t)) {
+            return Err(ToolError("max_turns: out of range (1-10000)".into()));
+        }
+        if self.session_id.is_some() && self.agent_name.is_some() {
+            return Err(ToolError(
+                "session_id continues an earlier task as it was; leave out agent_name".into(),
+            ));
+        }
+        Ok(TaskArgs {
+            prompt: self.prompt,
+            cli,
+            resume: self.session_id,
+            model: self.model,
+            tools: self.tools,
+            allow: self.allow.unwrap_or_default(),
+            deny: self.deny.unwrap_or_default(),
+            max_turns: self.max_turns,
+            timeout,
+            agent: self.agent_name,
+            input: self.inputs.unwrap_or_default().into_iter().collect(),
+            explain: false,
+            cwd: self.cwd.map(PathBuf::from),
+            env: Vec::new(),
+            max_output_kb: None,
+            json: false,
+            permissions: Default::default(),
+            command: Vec::new(),
+        })
+    }
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StatusParams {
+    /// Task or plan ids (session_id / plan_id); default: every task and plan this server started.
+    pub ids: Option<Vec<String>>,
+}
+
+#[derive(Debug, Clone, Copy, Default, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+#[schemars(inline)]
+pub enum WaitMode {
+    // Return when the first of the ids ends.
+    Any,
+    // Return when every id has ended.
+    #[default]
+    All,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WaitParams {
+    /// Task or plan ids to wait for.
+    pub ids: Vec<String>,
+    /// "any": return when one ends; "all" (default): when all have ended.
+    #[serde(default)]
+    pub mode: WaitMode,
+    #[doc = "Wait at most this many seconds (default 60, at most 600); on timeout the call still \
+    returns the statuses, with timed_out: true."]
+    #[schemars(range(min = 0, max = 600))]
+    pub timeout_s: Option<u64>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct IdParams {
+    /// The task's session_id or the plan's plan_id.
+    pub id: String,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CancelParams {
+    /// The task's session_id or the plan's plan_id.
+    pub id: String,
+    /// Kill at once instead of stopping gracefully (interrupt, then SIGTERM, then SIGKILL).
+    pub force: Option<bool>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RunPlanParams {
+    #[doc = "The plan as YAML (or JSON) text: name, optional limits and defaults, and steps with id, \
+    prompt and depends_on. Give this or `path`."]
+    pub plan: Option<String>,
+    /// A plan file (.yml, .yaml or .json) to run instead of `plan` text.
+    pub path: Option<String>,
+    /// Return at once with the plan_id; then use task_wait / task_status / task_result.
+    pub background: Option<bool>,
+    /// Run at most this many steps at once (1-20; overrides the plan's limits.max_concurrent).
+    #[schemars(range(min = 1, max = 20))]
+    pub max_concurrent: Option<u32>,
+}
+
+/// The MCP server: tools over the job registry.
+#[derive(Debug, Clone)]
+pub struct Server {
+    jobs: Arc<Jobs>,
+    log: Arc<Log>,
+    tool_router: ToolRouter<Self>,
+}
+
+/// A tool's answer: JSON on success, a tool error (seen by the model) otherwise.
+fn reply(r: Result<Value, ToolError>) -> CallToolResult {
+    match r {
+        Ok(v) => CallToolResult::structured(v),
+        Err(ToolError(msg)) => CallToolResult::error(vec![ContentBlock::text(msg)]),
+    }
+}
+
+/// Run a call that starts work on its own task: if the client drops the call half-way, a task
+/// is never left persisted but unstarted (a cancelled call stops its task through the ladder).
+async fn detached(
+    f: impl Future<Output = Result<Value, ToolError>> + Send + 'static,
+) -> Result<Value, ToolError> {
+    tokio::spawn(f).await.unwrap_or_else(|e| Err(ToolError(format!("herd failed: {e}"))))
+}
+
+fn anyhow_err(e: anyhow::Error) -> ToolError {
+    ToolError(format!("{e:#}"))
+}
+
+#[tool_router(router = tool_router)]
+impl Server {
+    pub fn new(jobs: Arc<Jobs>, log: Arc<Log>) -> Self {
+        Self { jobs, log, tool_router: Self::tool_router() }
+    }
+
+    fn logged(&self, tool: &str, r: Result<Value, ToolError>) -> CallToolResult {
+        if let Err(ToolError(msg)) = &r {
+            self.log.line(format_args!("{tool}: error: {msg}"));
+        }
+        reply(r)
+    }
+
+    #[tool(description = "Delegate a task to a subagent: herd runs an agent CLI (Claude Code by \
+        default, or a named agent definition) on the prompt, supervised, limited and recorded, \
+        and returns {session_id, status, output, duration_ms, usage, cost_usd}. The subagent \
+        starts fresh: put everything it needs in the prompt. With background: true it returns \
+        the session_id at once (use task_wait / task_result). Pass session_id to continue a \
+        finished task.")]
+    async fn task(
+        &self,
+        Parameters(p): Parameters<TaskParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        let server = self.clone();
+        let r = detached(async move { server.run_task(p, ctx).await }).await;
+        self.logged("task", r)
+    }
+
+    #[tool(
+        description = "Status of tasks and plans started through herd: queued, running, \
+        completed, failed (with the reason) or cancelled, with duration, tokens and cost. \
+        Without ids: every task and plan this server started.",
+        annotations(read_only_hint = true)
+    )]
+    async fn task_status(&self, Parameters(p): Parameters<StatusParams>) -> CallToolResult {
+        let ids = p.ids.unwrap_or_else(|| self.jobs.all_ids());
+        let r = ids
+            .iter()
+            .map(|id| self.jobs.status_of(id))
+            .collect::<Result<Vec<_>, _>>()
+            .map(|tasks| json!({ "tasks": tasks }));
+        self.logged("task_status", r)
+    }
+
+    #[tool(
+        description = "Wait until any or all of the given tasks/plans have ended (completed, \
+        failed or cancelled), at most timeout_s seconds (≤ 600). Returns their statuses and \
+        timed_out; fetch outputs with task_result.",
+        annotations(read_only_hint = true)
+    )]
+    async fn task_wait(&self, Parameters(p): Parameters<WaitParams>) -> CallToolResult {
+        let r = async {
+            let secs = p.timeout_s.unwrap_or(60);
+            if secs > MAX_WAIT_S {
+                return Err(ToolError(format!(
+                    "timeout_s: {secs} is too long (at most {MAX_WAIT_S}); call task_wait again"
+                )));
+            }
+            if p.ids.is_empty() {
+                return Err(ToolError("ids: give at least one task or plan id".into()));
+            }
+            let all = matches!(p.mode, WaitMode::All);
+            self.jobs.wait(&p.ids, all, Duration::from_secs(secs)).await
+        }
+        .await;
+        self.logged("task_wait", r)
+    }
+
+    #[tool(
+        description = "The full result of a finished task (its whole output, status, failure \
+        reason, tokens, cost, transcript path) or plan (every step with its output).",
+        annotations(read_only_hint = true)
+    )]
+    async fn task_result(&self, Parameters(p): Parameters<IdParams>) -> CallToolResult {
+        let r = self.jobs.result_of(&p.id);
+        self.logged("task_result", r)
+    }
+
+    #[tool(description = "Stop a running or queued task or plan. Graceful by default (the agent \
+        is interrupted, then terminated); force: true kills at once. Returns the final status.")]
+    async fn task_cancel(&self, Parameters(p): Parameters<CancelParams>) -> CallToolResult {
+        let r = self.jobs.cancel(&p.id, p.force.unwrap_or(false)).await;
+        self.logged("task_cancel", r)
+    }
+
+    #[tool(
+        description = "Run a plan: several subagent steps in parallel up to a bound, each after \
+        its depends_on completed, with its dependencies' results in its prompt; a failed step \
+        fails its descendants. Give the plan as YAML text (plan) or a file (path), e.g.\n\
+        name: review\nsteps:\n  - {id: scan, prompt: \"List risky functions\"}\n  - {id: fix, \
+        prompt: \"Fix the first\", depends_on: [scan]}\nReturns every step's status and output, \
+        or with background: true the plan_id at once."
+    )]
+    async fn run_plan(
+        &self,
+        Parameters(p): Parameters<RunPlanParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        let server = self.clone();
+        let r = detached(async move { server.start_plan(p, ctx).await }).await;
+        self.logged("run_plan", r)
+    }
+
+    // Issue 6 adds the `approve` tool here: {request_id, decision, reason?} for pending
+    // permission requests of background tasks, answered through the engine's gate.
+}
+
+impl Server {
+    async fn run_task(
+        &self,
+        p: TaskParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<Value, ToolError> {
+        let background = p.background.unwrap_or(false);
+        let description = p.description.trim().to_owned();
+        if description.is_empty() {
+            return Err(ToolError("description: give a short label for the task".into()));
+        }
+        let args = p.task_args()?;
+        let (mut req, resume) = task::prepare(args).map_err(anyhow_err)?;
+        if let Some(r) = &resume {
+            task::apply_resume(self.jobs.engine(), &mut req, r).map_err(anyhow_err)?;
+        }
+        if req.name.is_none() {
+            req.name = Some(description);
+        }
+        let (id, done) = self.jobs.submit_task(req, background).await?;
+        let id = id.to_string();
+        if background {
+            let mut v = self.jobs.status_of(&id)?;
+            v["session_id"] = id.clone().into();
+            return Ok(v);
+        }
+        self.jobs.finish(&id, done, ctx.ct).await;
+        self.jobs.result_of(&id)
+    }
+
+    async fn start_plan(
+        &self,
+        p: RunPlanParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<Value, ToolError> {
+        let (file, src) = match (p.plan, &p.path) {
+            (Some(text), None) => ("plan".to_owned(), text),
+            (None, Some(path)) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| ToolError(format!("cannot read plan {path}: {e}")))?;
+                (path.clone(), text)
+            }
+            _ => return Err(ToolError("give exactly one of plan (YAML text) or path".into())),
+        };
+        if p.max_concurrent.is_some_and(|n| !(1..=20).contains(&n)) {
+            return Err(ToolError("max_concurrent: out of range (1-20)".into()));
+        }
+        let (plan, overlays) = crate::cmd::plan::load(&file, &src).map_err(anyhow_err)?;
+        let opts = PlanOptions {
+            max_concurrent: p.max_concurrent.map(|n| n as usize),
+            base_dir: std::env::current_dir().map_err(|e| ToolError(e.to_string()))?,
+            source_file: p.path,
+            summary_cap: DEFAULT_SUMMARY_CAP,
+            overlays,
+            permissions: crate::cmd::select::project_permissions().map_err(anyhow_err)?,
+            id: None,
+        };
+        let background = p.background.unwrap_or(false);
+        let (id, done) = self.jobs.submit_plan(plan, opts, background).await?;
+        if background {
+            let mut v = self.jobs.status_of(&id)?;
+            v["plan_id"] = id.clone().into();
+            return Ok(v);
+        }
+        self.jobs.finish(&id, done, ctx.ct).await;
+        self.jobs.result_of(&id)
+    }
+}
+
+const INSTRUCTIONS: &str = "herd runs subagents (agent CLIs such as Claude Code) under \
+supervision: limits, cancellation, records. Use `task` to delegate one self-contained task \
+(foreground, or background: true to run several at once, then task_wait and task_result), \
+`run_plan` for several dependent steps. Every task is recorded; `herd ps` and `herd show` \
+see them too.";
+
+#[tool_handler(router = self.tool_router)]
+impl ServerHandler for Server {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(
+                Implementation::new("herd", env!("CARGO_PKG_VERSION"))
+                    .with_title("herd: supervised subagents"),
+            )
+            .with_instructions(INSTRUCTIONS)
+    }
+}
