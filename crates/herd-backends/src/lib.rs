@@ -75,6 +75,15 @@ pub struct RunSpec {
     pub command: Vec<String>,
 }
 
+/// herd's answer to a CLI's request to use a tool.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PermissionAnswer {
+    /// Run the tool with this input (the request's own input, unchanged).
+    Allow { input: serde_json::Value },
+    /// Refuse; the model sees `message`.
+    Deny { message: String },
+}
+
 /// A program and its arguments, ready to spawn.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Invocation {
@@ -135,6 +144,11 @@ pub trait Backend: Send + Sync + fmt::Debug {
     fn holds_stdin(&self) -> bool;
     /// A graceful stop message for stdin, if the CLI has one (else herd sends SIGINT).
     fn interrupt_message(&self) -> Option<Vec<u8>>;
+    /// The stdin message answering the CLI's permission request `request_id`, if the CLI asks
+    /// herd for permissions at all.
+    fn permission_answer(&self, _request_id: &str, _answer: &PermissionAnswer) -> Option<Vec<u8>> {
+        None
+    }
     /// A fresh stream decoder.
     fn decoder(&self) -> Box<dyn Decoder>;
     /// Success is an event, not an exit code: judge the run from its terminal event and exit.

@@ -45,9 +45,117 @@ pub enum Command {
     /// Agent definitions: .herd/agents/*.yml, plus Claude, Gemini and Codex agent files
     #[command(subcommand)]
     Agents(AgentsCommand),
+    /// Allow a tool call that waits for a person (no ID: list the waiting calls)
+    Approve(ApproveArgs),
+    /// Refuse a tool call that waits for a person
+    Deny(DenyArgs),
+    /// Turn a running subagent's auto-approve off: its next calls ask a person
+    Revoke(RevokeArgs),
+    /// Print the audit log: spawns, every permission decision, cancels, timeouts
+    Audit(AuditArgs),
+    /// Delete audit entries and transcripts past their retention
+    Gc(GcArgs),
     /// Serve herd's tools (task, task_wait, run_plan, ...) to any MCP client over stdio
     #[command(after_help = MCP_HELP)]
     Mcp(McpArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ApproveArgs {
+    /// Permission request id (perm_…; a unique prefix is enough)
+    pub id: Option<String>,
+    /// Also allow the same call (tool and input) for the rest of this run without asking
+    #[arg(long, requires = "id")]
+    pub always: bool,
+    /// Print JSON
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct DenyArgs {
+    /// Permission request id (perm_…; a unique prefix is enough)
+    pub id: String,
+    /// Why; the agent's model sees it
+    #[arg(long)]
+    pub reason: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct RevokeArgs {
+    /// Subagent id (a unique prefix is enough)
+    pub id: String,
+    /// Why (at least 10 characters; kept in the audit log)
+    #[arg(long)]
+    pub reason: String,
+}
+
+#[derive(Debug, Args)]
+pub struct AuditArgs {
+    /// Only this subagent's entries (a unique prefix is enough)
+    #[arg(long)]
+    pub subagent: Option<String>,
+    /// Only entries newer than this, e.g. 1h, 7d, or an RFC 3339 time
+    #[arg(long, value_name = "T")]
+    pub since: Option<String>,
+    /// At most this many entries (0: all)
+    #[arg(long, default_value_t = 0)]
+    pub limit: usize,
+    /// Print JSON lines
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct GcArgs {
+    /// Keep audit entries this many days
+    #[arg(long, default_value_t = herd_store::AUDIT_RETENTION_DAYS)]
+    pub audit_days: u64,
+    /// Keep transcripts of finished subagents this many days
+    #[arg(long, default_value_t = 30)]
+    pub transcript_days: u64,
+    /// Say what would be deleted, delete nothing
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Print JSON
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Permission flags of `herd task`.
+#[derive(Debug, Default, Args)]
+pub struct PermissionArgs {
+    /// A rule for calls that are always asked of a person, e.g. `Bash(git push *)` (repeatable)
+    #[arg(long = "ask", value_name = "RULE")]
+    pub ask: Vec<String>,
+    /// Let herd approve calls to --tools that no rule decides, within the limits below
+    #[arg(long)]
+    pub auto_approve: bool,
+    /// Auto-approve: tool calls per minute (10-300) [default: 60]
+    #[arg(long, value_name = "N", requires = "auto_approve")]
+    pub tool_calls_per_minute: Option<u32>,
+    /// Auto-approve: Bash calls per minute (1-60) [default: 20]
+    #[arg(long, value_name = "N", requires = "auto_approve")]
+    pub bash_per_minute: Option<u32>,
+    /// Auto-approve: file writes per minute (1-100) [default: 30]
+    #[arg(long, value_name = "N", requires = "auto_approve")]
+    pub writes_per_minute: Option<u32>,
+    /// Auto-approve: tool calls in the whole run (1-10000) [default: 1000]
+    #[arg(long, value_name = "N", requires = "auto_approve")]
+    pub max_tool_calls: Option<u32>,
+    /// Auto-approve: the run's time box, e.g. 30m (1m-4h) [default: 1h]
+    #[arg(long, value_name = "DURATION", requires = "auto_approve", value_parser = parse_any_duration)]
+    pub max_duration: Option<std::time::Duration>,
+    /// Auto-approve: over a rate limit, wait for the window instead of denying
+    #[arg(long, requires = "auto_approve")]
+    pub queue_on_rate_limit: bool,
+    /// How long a call waits for a person before it is denied, e.g. 30s [default: 2m]
+    #[arg(long, value_name = "DURATION", value_parser = parse_timeout)]
+    pub permission_timeout: Option<std::time::Duration>,
+    /// A TTL-bounded grant: `secret:NAME:TTL` passes herd's env var NAME to the agent while
+    /// valid; `tool:NAME:TTL` adds a tool (repeatable)
+    #[arg(long = "grant", value_name = "SPEC")]
+    pub grant: Vec<String>,
 }
 
 const MCP_HELP: &str = "\
@@ -108,8 +216,15 @@ Examples:
   herd task \"…\" --json | jq .result
 
 Tools and rules use Claude Code's vocabulary: --tools is what the agent has at all,
---allow RULE runs matching calls without asking, --deny RULE refuses them.
-A RULE is `Tool` or `Tool(pattern)`, e.g. `Bash(cargo test *)`.";
+--allow RULE runs matching calls without asking, --deny RULE refuses them, --ask RULE
+always asks a person. A RULE is `Tool` or `Tool(pattern)`, e.g. `Bash(cargo test *)`;
+the pattern is a glob on the command or file path. Deny wins over everything.
+
+A call no rule decides is asked of a person: on a terminal herd asks you, and from
+any terminal `herd approve` lists waiting calls and `herd approve ID` / `herd deny ID`
+answers; nobody answering within --permission-timeout means deny. With --auto-approve
+(needs --tools) herd approves such calls itself within the rate limits and time box;
+`herd revoke ID --reason …` switches that off mid-run. Every decision is in `herd audit`.";
 
 #[derive(Debug, Args)]
 pub struct TaskArgs {
@@ -176,6 +291,9 @@ pub struct TaskArgs {
     /// Print one JSON object instead of the result text
     #[arg(long)]
     pub json: bool,
+
+    #[command(flatten)]
+    pub permissions: PermissionArgs,
 
     /// For --cli command: the program and its arguments
     #[arg(last = true, value_name = "PROGRAM ARGS")]
@@ -276,6 +394,13 @@ fn parse_timeout(s: &str) -> Result<std::time::Duration, String> {
         return Err(format!("{s} is out of range: a timeout is between 1s and 120m"));
     }
     Ok(d)
+}
+
+fn parse_any_duration(s: &str) -> Result<std::time::Duration, String> {
+    match s.parse::<u64>() {
+        Ok(secs) => Ok(std::time::Duration::from_secs(secs)),
+        Err(_) => humantime::parse_duration(s).map_err(|e| format!("{e} (try 90s, 10m, 1h)")),
+    }
 }
 
 fn parse_input(s: &str) -> Result<(String, String), String> {

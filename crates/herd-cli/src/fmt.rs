@@ -60,6 +60,17 @@ pub fn event_summary(ev: &AgentEvent) -> String {
             format!("result cut to {limit_bytes} of {total_bytes} bytes")
         }
         E::LeftoversKilled { count } => format!("{count} leftover process(es) killed"),
+        E::PermissionRequested { request, tool, input_preview, timeout_ms } => format!(
+            "{tool} {} — waiting for `herd approve {request}` or `herd deny {request}` ({}s)",
+            oneline(input_preview, 120),
+            timeout_ms / 1000
+        ),
+        E::PermissionDecided { tool, decision, by, .. } => format!("{decision} {tool}: {by}"),
+        E::HookRan { hook, event, outcome, message } => format!(
+            "{event} hook {hook}: {outcome}{}",
+            message.as_deref().map(|m| format!(" ({})", oneline(m, 160))).unwrap_or_default()
+        ),
+        E::AutoApproveRevoked { reason } => format!("auto-approve revoked: {reason}"),
         E::Init { native_session_id, model, .. } => format!(
             "session {} model {}",
             native_session_id.as_deref().unwrap_or("-"),

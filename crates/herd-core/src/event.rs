@@ -111,6 +111,33 @@ pub enum AgentEvent {
     LeftoversKilled {
         count: u32,
     },
+    /// A tool call waits for a person: `herd approve <request>` / `herd deny <request>`.
+    PermissionRequested {
+        request: String,
+        tool: String,
+        input_preview: String,
+        timeout_ms: u64,
+    },
+    /// herd answered the agent's permission request (`allow` or `deny`) and what decided.
+    PermissionDecided {
+        tool: String,
+        decision: String,
+        by: String,
+        #[serde(default)]
+        request: Option<String>,
+    },
+    /// A hook ran; `outcome` is `ok`, `veto`, `failed` or `timeout`.
+    HookRan {
+        hook: String,
+        event: String,
+        outcome: String,
+        #[serde(default)]
+        message: Option<String>,
+    },
+    /// Auto-approve was switched off mid-run: later calls ask a person.
+    AutoApproveRevoked {
+        reason: String,
+    },
     // --- decoded from the agent's stream ---
     Init {
         #[serde(default)]
@@ -213,6 +240,10 @@ impl AgentEvent {
             Self::StopRequested { .. } => "stop_requested",
             Self::OutputTruncated { .. } => "output_truncated",
             Self::LeftoversKilled { .. } => "leftovers_killed",
+            Self::PermissionRequested { .. } => "permission_requested",
+            Self::PermissionDecided { .. } => "permission_decided",
+            Self::HookRan { .. } => "hook_ran",
+            Self::AutoApproveRevoked { .. } => "auto_approve_revoked",
             Self::Init { .. } => "init",
             Self::Text { .. } => "text",
             Self::Thinking { .. } => "thinking",

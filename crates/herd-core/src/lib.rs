@@ -5,6 +5,7 @@ pub mod agent;
 pub mod context;
 pub mod event;
 pub mod id;
+pub mod permission;
 pub mod plan;
 pub mod scheduler;
 pub mod status;

@@ -33,6 +33,10 @@ pub struct StepFields {
     pub tools: Option<Vec<String>>,
     pub allow: Option<Vec<String>>,
     pub deny: Option<Vec<String>>,
+    /// Rules for calls that are always asked of a person.
+    pub ask: Option<Vec<String>>,
+    /// Approve calls no rule decides, within the default limits (needs `tools`).
+    pub auto_approve: Option<bool>,
     pub max_turns: Option<u32>,
     pub timeout: Option<String>,
     pub inputs: Option<BTreeMap<String, String>>,
@@ -128,8 +132,23 @@ pub const KNOWN_CLIS: &[&str] = &["claude", "command"];
 fn merge(step: &StepFields, d: &StepFields) -> StepFields {
     macro_rules! pick { ($($f:ident),*) => { StepFields { $($f: step.$f.clone().or_else(|| d.$f.clone()),)* } } }
     let mut f = pick!(
-        name, prompt, agent, cli, command, model, cwd, tools, allow, deny, max_turns, timeout,
-        inputs, retries, outputs
+        name,
+        prompt,
+        agent,
+        cli,
+        command,
+        model,
+        cwd,
+        tools,
+        allow,
+        deny,
+        ask,
+        auto_approve,
+        max_turns,
+        timeout,
+        inputs,
+        retries,
+        outputs
     );
     // A step that picks another cli does not inherit the default command line.
     if step.cli.as_deref().is_some_and(|c| c != "command") && step.command.is_none() {
@@ -273,6 +292,20 @@ impl PlanFile {
                 && let Err(e) = parse_duration(t)
             {
                 add(line, at("timeout"), e);
+            }
+            for (field, rules) in [("allow", &f.allow), ("deny", &f.deny), ("ask", &f.ask)] {
+                for (k, r) in rules.iter().flatten().enumerate() {
+                    if let Err(e) = crate::permission::Rule::parse(r) {
+                        add(line, format!("steps[{i}].{field}[{k}]"), e.to_string());
+                    }
+                }
+            }
+            if f.auto_approve == Some(true) && f.tools.as_ref().is_none_or(|t| t.is_empty()) {
+                add(
+                    line,
+                    at("auto_approve"),
+                    "INVALID_PERMISSION_CONFIG: auto_approve needs a non-empty tools list".into(),
+                );
             }
             if self.strategy != Strategy::Dag && !s.depends_on.is_empty() {
                 add(

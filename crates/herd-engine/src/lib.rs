@@ -2,6 +2,8 @@
 //! under guards with timeouts, cancellation and the stop ladder (see `run`).
 
 pub mod agents;
+pub mod config;
+pub mod gate;
 pub mod guard;
 pub mod lines;
 pub mod plan;
@@ -34,6 +36,9 @@ pub enum EngineError {
          (a subagent may not spawn more unless its contract allows: HERD_MAX_DEPTH)"
     )]
     DepthExceeded { depth: u32, max: u32 },
+    /// Permission settings that cannot be run (seed 000's `INVALID_PERMISSION_CONFIG`).
+    #[error("{0}")]
+    InvalidPermissionConfig(String),
 }
 
 /// Tunables, with the defaults of DESIGN §4.
@@ -72,11 +77,23 @@ pub struct Engine {
     /// How deep in a chain of herds this one runs (`HERD_DEPTH`, 0 at the top).
     depth: u32,
     max_depth: u32,
+    /// The policies of the herds above this one (from `HERD_POLICY_LAYERS`): runs can only narrow.
+    inherited_policies: Vec<herd_core::permission::Policy>,
 }
 
 impl Engine {
     /// Open the store under `paths`, sweep orphans, and record a session of `kind`.
     pub fn open(paths: StatePaths, guard: GuardCommand, kind: &str) -> Result<Self, EngineError> {
+        let inherited_policies = match std::env::var(gate::POLICY_LAYERS_VAR) {
+            Ok(v) if !v.trim().is_empty() => serde_json::from_str(&v).map_err(|e| {
+                EngineError::InvalidPermissionConfig(format!(
+                    "{}: the policies inherited from the parent herd cannot be read ({e}); \
+                     refusing to run with a wider policy",
+                    gate::POLICY_LAYERS_VAR
+                ))
+            })?,
+            _ => Vec::new(),
+        };
         let mut store = Store::open(paths.clone())?;
         sweep_orphans(&mut store)?;
         let session_id = format!("ses_{}", SubagentId::generate());
@@ -92,6 +109,7 @@ impl Engine {
             config: EngineConfig::default(),
             depth: env_u32("HERD_DEPTH").unwrap_or(0),
             max_depth: env_u32("HERD_MAX_DEPTH").unwrap_or(1),
+            inherited_policies,
         })
     }
 

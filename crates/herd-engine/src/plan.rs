@@ -40,6 +40,8 @@ pub struct PlanOptions {
     pub summary_cap: usize,
     /// What agent definitions add to their steps, by step id.
     pub overlays: HashMap<String, StepOverlay>,
+    /// Rules, hooks and limits every step starts from (the project's config).
+    pub permissions: crate::gate::Permissions,
     /// The plan's id (`pln_…`), when the caller must know it before the plan ends (a background
     /// plan of `herd mcp`); generated otherwise.
     pub id: Option<String>,
@@ -138,7 +140,25 @@ fn step_request(
             .or(plan_timeout)
             .unwrap_or(DEFAULT_TIMEOUT),
         max_output_bytes: None,
+        permissions: step_permissions(step, opts),
     }
+}
+
+/// The plan's base permissions (project config) with the step's own `ask` rules and
+/// `auto_approve` on top.
+fn step_permissions(step: &Step, opts: &PlanOptions) -> crate::gate::Permissions {
+    let mut p = opts.permissions.clone();
+    let f = &step.fields;
+    for r in f.ask.iter().flatten() {
+        // Rules were checked when the plan was validated.
+        if let Ok(rule) = herd_core::permission::Rule::parse(r) {
+            p.policy.ask.push(rule);
+        }
+    }
+    if f.auto_approve == Some(true) && p.auto_approve.is_none() {
+        p.auto_approve = Some(Default::default());
+    }
+    p
 }
 
 /// The seed-003 delegation contract of a step.

@@ -2,6 +2,7 @@
 //! decode its output, enforce timeout / cancel / turn limit through the stop ladder, judge, record.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use herd_backends::{Backend, BackendKind, Decoder, Exit, RunSpec, Verdict};
@@ -13,6 +14,8 @@ use tokio::io::AsyncReadExt;
 use tokio::sync::watch;
 use tokio::time::{Instant as TInstant, sleep_until};
 
+use crate::gate::calls::Calls;
+use crate::gate::{Gate, HookEnv, HookEvent, POLICY_LAYERS_VAR, Permissions, granted_env};
 use crate::lines::{LineSplitter, Piece};
 use crate::supervisor::{Child, child_env};
 use crate::{Engine, EngineError, guard::GuardMsg, procfs};
@@ -29,6 +32,8 @@ pub struct TaskRequest {
     pub timeout: Duration,
     /// Cut the result text to this many bytes (the transcript keeps everything).
     pub max_output_bytes: Option<u64>,
+    /// Rules, auto-approve, hooks and grants for the agent's tool calls.
+    pub permissions: Permissions,
 }
 
 /// How hard a caller wants a run stopped.
@@ -114,6 +119,7 @@ impl Engine {
     /// Persist subagent `id` (status `pending`) with its contract, before any process exists.
     pub async fn create_run(&self, id: &SubagentId, req: &TaskRequest) -> Result<(), EngineError> {
         self.check_depth()?;
+        req.permissions.validate(&req.spec).map_err(EngineError::InvalidPermissionConfig)?;
         let env_keys: Vec<&str> = req.env.iter().map(|(k, _)| k.as_str()).collect();
         let me = std::process::id();
         self.writer()
@@ -137,6 +143,21 @@ impl Engine {
                 owner_start_time: procfs::start_time(me),
             })
             .await?;
+        let auto = req.permissions.auto_approve.is_some();
+        self.writer()
+            .audit_spawn(
+                id,
+                auto,
+                herd_store::NewAudit {
+                    event_type: "subagent_spawn",
+                    severity: if auto { "warn" } else { "info" },
+                    subagent_id: Some(id.to_string()),
+                    parent_session_id: Some(self.session_id.clone()),
+                    details: Some(req.permissions.summary(&req.spec)),
+                    ..Default::default()
+                },
+            )
+            .await?;
         Ok(())
     }
 
@@ -150,10 +171,36 @@ impl Engine {
     ) -> Result<TaskReport, EngineError> {
         let backend = req.backend.backend();
         // Children carry their depth, so a herd they start knows where it stands.
-        let mut explicit = vec![("HERD_DEPTH".to_owned(), (self.depth + 1).to_string())];
+        let gate = Arc::new(Gate::new(
+            req.permissions.clone(),
+            &self.inherited_policies,
+            &req.spec,
+            self.writer(),
+            self.store.clone(),
+            id.clone(),
+            HookEnv {
+                subagent_id: id.to_string(),
+                subagent_name: req.name.clone().unwrap_or_else(|| req.backend.to_string()),
+                session_id: self.session_id.clone(),
+                tool: None,
+            },
+            req.cwd.clone(),
+        ));
+        let mut explicit = vec![
+            ("HERD_DEPTH".to_owned(), (self.depth + 1).to_string()),
+            (POLICY_LAYERS_VAR.to_owned(), gate.layers_json()),
+        ];
         explicit.extend(req.env.iter().cloned());
+        // Granted secrets reach the child only at spawn and only while their grant is valid.
+        explicit.extend(granted_env(&req.permissions));
         let env = child_env(std::env::vars(), backend.env_prefixes(), &explicit);
-        let mut run = RunState::new(self, &id, backend, &req, progress)?;
+        drop(explicit);
+        // Auto-approve's time box bounds the whole run.
+        let timeout = match &req.permissions.auto_approve {
+            Some(a) => req.timeout.min(a.max_duration),
+            None => req.timeout,
+        };
+        let mut run = RunState::new(self, &id, backend, &req, progress, Calls::new(gate))?;
         let started = Instant::now();
 
         let path_var = env.iter().find(|(k, _)| k == "PATH").map(|(_, v)| v.as_str());
@@ -194,11 +241,15 @@ impl Engine {
                 },
             )
             .await?;
+        run.calls.fire(
+            HookEvent::SubagentStart,
+            json!({"hook_event_name": "SubagentStart", "subagent_id": id.as_str(), "argv": argv}),
+        );
         child.write_stdin(&backend.initial_stdin(&req.spec)).await;
         if !backend.holds_stdin() {
             child.close_stdin().await;
         }
-        match run.pump(&mut child, stop, req.timeout, req.spec.max_turns).await {
+        match run.pump(&mut child, stop, timeout, req.spec.max_turns).await {
             Ok((status, failure)) => run.finish(status, failure, started, &argv).await,
             Err(e) => {
                 // herd itself failed (store, transcript): stop the agent and, if the store still
@@ -233,6 +284,7 @@ struct RunState<'e> {
     result_before_stop: bool,
     ladder: Ladder,
     ladder_deadline: Option<TInstant>,
+    calls: Calls,
 }
 
 impl<'e> RunState<'e> {
@@ -242,6 +294,7 @@ impl<'e> RunState<'e> {
         backend: &'static dyn Backend,
         req: &TaskRequest,
         progress: Option<watch::Sender<Progress>>,
+        calls: Calls,
     ) -> Result<Self, EngineError> {
         let paths = engine.paths();
         Ok(Self {
@@ -261,6 +314,7 @@ impl<'e> RunState<'e> {
             result_before_stop: false,
             ladder: Ladder::Idle,
             ladder_deadline: None,
+            calls,
         })
     }
 
@@ -382,9 +436,19 @@ impl<'e> RunState<'e> {
                         }
                     }
                 }
+                Some(done) = self.calls.decisions.join_next(), if !self.calls.decisions.is_empty() => {
+                    if let Ok((request_id, answer)) = done
+                        && let Some(bytes) = self.backend.permission_answer(&request_id, &answer)
+                    {
+                        child.write_stdin(&bytes).await;
+                    }
+                }
                 _ = poll.tick(), if self.stop_reason.is_none() => {
-                    let requested = self.engine.store().cancel_requested(&self.id).unwrap_or(false);
-                    if requested {
+                    let asked = self.engine.store().run_requests(self.id.as_str()).unwrap_or_default();
+                    if let Some(reason) = asked.revoked {
+                        self.calls.gate.revoke(&reason).await;
+                    }
+                    if asked.cancel {
                         self.begin_stop(child, StopReason::Cancelled).await?;
                     }
                 }
@@ -420,6 +484,7 @@ impl<'e> RunState<'e> {
         }
         let mut tool = None;
         let mut got_result = false;
+        self.calls.observe(&evs);
         for d in &evs {
             match &d.event {
                 AgentEvent::Result(r) => {
@@ -527,6 +592,40 @@ impl<'e> RunState<'e> {
         Ok(())
     }
 
+    /// The SubagentStop hooks, then the end of the run in the audit log.
+    async fn audit_end(
+        &self,
+        status: Status,
+        failure: Option<&FailureReason>,
+    ) -> Result<(), EngineError> {
+        let gate = &self.calls.gate;
+        let name = gate.names().subagent_name.clone();
+        let reason = failure.map(ToString::to_string);
+        let payload = json!({
+            "hook_event_name": "SubagentStop", "subagent_id": self.id.as_str(),
+            "status": status.to_string(), "failure_reason": reason,
+        });
+        gate.fire(HookEvent::SubagentStop, &name, payload).await;
+        let (event_type, severity) = match (status, failure) {
+            (Status::Completed, _) => ("subagent_complete", "info"),
+            (Status::Cancelled, _) => ("subagent_cancel", "warn"),
+            (_, Some(FailureReason::Timeout)) => ("subagent_timeout", "error"),
+            _ => ("subagent_fail", "warn"),
+        };
+        self.engine
+            .writer()
+            .audit(herd_store::NewAudit {
+                event_type,
+                severity,
+                subagent_id: Some(self.id.to_string()),
+                parent_session_id: Some(gate.names().session_id.clone()),
+                details: Some(json!({"status": status.to_string(), "failure_reason": reason})),
+                ..Default::default()
+            })
+            .await?;
+        Ok(())
+    }
+
     /// Success is an event, not an exit code: our own stop reasons first, then the backend.
     fn judge(&self) -> (Status, Option<FailureReason>) {
         // The agent's own terminal event came before any stop: it decides.
@@ -558,6 +657,8 @@ impl<'e> RunState<'e> {
         argv: &[String],
     ) -> Result<TaskReport, EngineError> {
         let obs = std::mem::take(&mut self.obs);
+        self.calls.close().await;
+        self.engine.writer().close_requests_of(&self.id).await?;
         let mut events = Vec::new();
         if obs.leftovers > 0 {
             events.push(AgentEvent::LeftoversKilled { count: obs.leftovers });
@@ -624,6 +725,7 @@ impl<'e> RunState<'e> {
                 },
             )
             .await?;
+        self.audit_end(status, failure.as_ref()).await?;
         self.transcript.flush()?;
         Meta {
             id: self.id.to_string(),

@@ -148,6 +148,16 @@ pub(crate) fn close_request(c: &Connection, id: &str, status: &str, by: &str) ->
     Ok(n > 0)
 }
 
+pub(crate) fn close_requests_of(c: &Connection, subagent: &str) -> Result<()> {
+    c.execute(
+        "UPDATE permission_requests SET status = 'cancelled', decided_by = 'run ended',
+             decided_at = ?2
+         WHERE subagent_id = ?1 AND status = 'pending'",
+        params![subagent, now_ms()],
+    )?;
+    Ok(())
+}
+
 pub(crate) fn set_auto_approve(c: &Connection, id: &str, on: bool) -> Result<()> {
     c.execute(
         "UPDATE subagents SET auto_approve_permissions = ?2 WHERE id = ?1",

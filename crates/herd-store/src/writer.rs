@@ -201,6 +201,12 @@ impl WriterHandle {
         self.exec(move |c| crate::audit::close_request(c, &id, status, by).map(|_| ())).await
     }
 
+    /// The run ended: its requests still waiting for a person are closed as `cancelled`.
+    pub async fn close_requests_of(&self, id: &SubagentId) -> Result<()> {
+        let id = id.to_string();
+        self.exec(move |c| crate::audit::close_requests_of(c, &id)).await
+    }
+
     /// Wait until everything queued so far is committed; reports a failed append since the last flush.
     pub async fn flush(&self) -> Result<()> {
         let (ack, rx) = oneshot::channel();

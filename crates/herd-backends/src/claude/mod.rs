@@ -8,7 +8,10 @@ pub use decode::ClaudeDecoder;
 use herd_core::{FailureReason, ResultInfo, ResultKind};
 use serde_json::json;
 
-use crate::{Backend, BackendError, BackendKind, Decoder, Exit, Invocation, RunSpec, Verdict};
+use crate::{
+    Backend, BackendError, BackendKind, Decoder, Exit, Invocation, PermissionAnswer, RunSpec,
+    Verdict,
+};
 
 /// The Claude Code version herd was tested with.
 pub const TESTED_VERSION: &str = "2.1.197";
@@ -59,6 +62,24 @@ impl Backend for Claude {
         Some(m)
     }
 
+    fn permission_answer(&self, request_id: &str, answer: &PermissionAnswer) -> Option<Vec<u8>> {
+        // `updatedInput` is mandatory on allow, and never `updatedPermissions`: with the
+        // localSettings destination claude writes rules into the user's repository.
+        let response = match answer {
+            PermissionAnswer::Allow { input } => {
+                json!({"behavior": "allow", "updatedInput": input})
+            }
+            PermissionAnswer::Deny { message } => json!({"behavior": "deny", "message": message}),
+        };
+        let mut m = serde_json::to_vec(&json!({
+            "type": "control_response",
+            "response": {"subtype": "success", "request_id": request_id, "response": response},
+        }))
+        .unwrap_or_default();
+        m.push(b'\n');
+        Some(m)
+    }
+
     fn decoder(&self) -> Box<dyn Decoder> {
         Box::new(ClaudeDecoder::default())
     }
@@ -87,13 +108,10 @@ pub fn args(spec: &RunSpec) -> Vec<String> {
     if let Some(t) = &spec.tools {
         opt("--tools", t.join(","));
     }
-    // One comma-joined value per flag, as the official SDKs pass them.
-    if !spec.allow.is_empty() {
-        opt("--allowedTools", spec.allow.join(","));
-    }
-    if !spec.deny.is_empty() {
-        opt("--disallowedTools", spec.deny.join(","));
-    }
+    // Every call claude would ask about comes to herd's permission gate, which applies the
+    // allow / deny / ask rules, hooks and auto-approve limits and audits each decision. No rule
+    // is pre-approved on claude's command line: a pre-approved call would bypass the gate.
+    opt("--permission-prompt-tool", "stdio".into());
     if let Some(p) = &spec.append_system_prompt {
         opt("--append-system-prompt", p.clone());
     }
@@ -161,8 +179,8 @@ mod tests {
         assert_eq!(
             args(&spec).join(" "),
             "-p --input-format stream-json --output-format stream-json --verbose --model sonnet \
-             --max-turns 3 --tools Bash,Read --allowedTools Bash(cargo test *),Write \
-             --disallowedTools Bash(rm *) --append-system-prompt be brief --resume abc"
+             --max-turns 3 --tools Bash,Read --permission-prompt-tool stdio \
+             --append-system-prompt be brief --resume abc"
         );
     }
 

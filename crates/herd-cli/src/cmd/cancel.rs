@@ -12,7 +12,7 @@ use super::open_store;
 use crate::cli::CancelArgs;
 
 pub fn run(paths: StatePaths, a: CancelArgs) -> anyhow::Result<u8> {
-    let store = open_store(paths)?;
+    let mut store = open_store(paths)?;
     let id = store.resolve(&a.id)?;
     if !store.request_cancel(&id)? {
         let r = store.get(&id)?;
@@ -20,6 +20,14 @@ pub fn run(paths: StatePaths, a: CancelArgs) -> anyhow::Result<u8> {
         println!("{id} already ended ({status})");
         return Ok(0);
     }
+    store.append_audit(&herd_store::NewAudit {
+        event_type: "cancel_requested",
+        severity: "warn",
+        subagent_id: Some(id.to_string()),
+        decided_by: Some(format!("herd cancel (pid {})", std::process::id())),
+        details: Some(serde_json::json!({"force": a.force})),
+        ..Default::default()
+    })?;
     let signal_group = |sig: Signal| -> bool {
         let Ok(Some(r)) = store.get(&id) else { return false };
         match (r.pid, r.pgid) {

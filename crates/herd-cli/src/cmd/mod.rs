@@ -2,10 +2,12 @@
 //! Commands that only read the store stay synchronous; `task` builds a runtime.
 
 mod agents;
+mod ask;
 mod cancel;
 mod doctor;
 mod inspect;
 mod mcp;
+mod permissions;
 mod plan;
 mod select;
 mod signals;
@@ -25,6 +27,11 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Cancel(args) => cancel::run(paths, args),
         Command::Doctor(args) => doctor::run(paths, args),
         Command::Agents(cmd) => agents::run(cmd),
+        Command::Approve(args) => permissions::approve(paths, args),
+        Command::Deny(args) => permissions::deny(paths, args),
+        Command::Revoke(args) => permissions::revoke(paths, args),
+        Command::Audit(args) => permissions::audit(paths, args),
+        Command::Gc(args) => permissions::gc(paths, args),
         Command::Mcp(args) => mcp::run(paths, args),
     }
 }

@@ -23,6 +23,8 @@ pub fn run(paths: StatePaths, a: RunArgs) -> anyhow::Result<u8> {
     let src = std::fs::read_to_string(&a.plan)
         .map_err(|e| UsageError(format!("cannot read plan {file}: {e}")))?;
     let (plan, overlays) = load(&file, &src)?;
+    // The project's rules and hooks apply to every step; a bad config stops the plan here.
+    let permissions = super::select::project_permissions()?;
     if a.dry_run {
         return dry_run(&plan, a.json);
     }
@@ -31,7 +33,7 @@ pub fn run(paths: StatePaths, a: RunArgs) -> anyhow::Result<u8> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    rt.block_on(run_async(paths, plan, a, file, overlays))
+    rt.block_on(run_async(paths, plan, a, file, overlays, permissions))
 }
 
 /// Parse and validate plan text (`file` names it in errors), with its steps' agent definitions
@@ -131,6 +133,7 @@ async fn run_async(
     a: RunArgs,
     file: String,
     overlays: HashMap<String, StepOverlay>,
+    permissions: herd_engine::gate::Permissions,
 ) -> anyhow::Result<u8> {
     let guard = GuardCommand::current_exe().context("cannot find the herd executable")?;
     let engine = Arc::new(Engine::open(paths, guard, "cli")?);
@@ -145,6 +148,7 @@ async fn run_async(
         source_file: Some(file),
         summary_cap: DEFAULT_SUMMARY_CAP,
         overlays,
+        permissions,
         id: None,
     };
     let report = engine.run_plan(&plan, opts, stop_rx, Some(tx)).await;

@@ -9,7 +9,6 @@ use herd_core::agent::{Cli, Memory, render};
 use herd_core::context::{Part, assemble, truncate_with_marker};
 use herd_engine::TaskRequest;
 use herd_engine::agents::Found;
-use serde::Deserialize;
 
 use crate::UsageError;
 
@@ -17,13 +16,6 @@ use crate::UsageError;
 const AGENTS_MD_BUDGET: usize = 32 * 1024;
 /// An agent's MEMORY.md is cut to this many bytes (with a marker), never dropped.
 const MEMORY_BUDGET: usize = 8 * 1024;
-
-/// `.herd/config.yml`.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Config {
-    default_cli: Option<String>,
-}
 
 fn backend_of(cli: Cli) -> Result<BackendKind, UsageError> {
     match cli {
@@ -33,6 +25,14 @@ fn backend_of(cli: Cli) -> Result<BackendKind, UsageError> {
             "cli {other} is not supported by this herd yet (supported: claude, command)"
         ))),
     }
+}
+
+/// The permissions every run in this project starts from: `.herd/config.yml`'s rules, hooks
+/// and ask timeout. A bad config is a usage error naming the file and field.
+pub fn project_permissions() -> anyhow::Result<herd_engine::gate::Permissions> {
+    let root = crate::state::project_root()?;
+    let cfg = herd_engine::config::load(&root).map_err(|e| UsageError(e.to_string()))?;
+    Ok(cfg.permissions().map_err(UsageError)?)
 }
 
 /// Find a runnable agent by name.
@@ -69,28 +69,18 @@ pub fn choose_cli(
     {
         return Ok((backend_of(c)?, format!("agent {} says cli: {c}", f.def.name)));
     }
-    let path = root.join(".herd").join("config.yml");
-    if let Ok(text) = std::fs::read_to_string(&path) {
-        let cfg: Config = serde_saphyr_config(&text)
-            .map_err(|e| UsageError(format!("{}: {e}", path.display())))?;
-        if let Some(c) = cfg.default_cli {
-            let cli: Cli = c
-                .parse()
-                .map_err(|e: String| UsageError(format!("{}: default_cli: {e}", path.display())))?;
-            return Ok((backend_of(cli)?, format!("default_cli in {}", path.display())));
-        }
+    let path = herd_engine::config::config_path(root);
+    let cfg = herd_engine::config::load(root).map_err(|e| UsageError(e.to_string()))?;
+    if let Some(c) = cfg.default_cli {
+        let cli: Cli = c
+            .parse()
+            .map_err(|e: String| UsageError(format!("{}: default_cli: {e}", path.display())))?;
+        return Ok((backend_of(cli)?, format!("default_cli in {}", path.display())));
     }
     Ok((
         BackendKind::Claude,
         "no --cli, agent or default_cli: claude, the one agent CLI this herd drives".into(),
     ))
-}
-
-fn serde_saphyr_config(text: &str) -> Result<Config, String> {
-    if text.trim().is_empty() {
-        return Ok(Config::default());
-    }
-    serde_saphyr::from_str(text).map_err(|e| e.to_string())
 }
 
 /// Apply an agent definition to a request built from the flags; flags win where both speak.

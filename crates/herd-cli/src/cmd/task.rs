@@ -2,18 +2,26 @@
 //! (or one JSON object) on stdout, Ctrl-C to cancel (twice to kill).
 
 use std::io::{IsTerminal, Write};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::Context;
 use herd_backends::{BackendKind, RunSpec};
+use herd_core::permission::{
+    AutoApproveConfig, GrantKind, GrantSpec, Grants, Rule, Secret, parse_grant_spec,
+};
 use herd_core::{FailureReason, Status, SubagentId};
-use herd_engine::{Engine, GuardCommand, Progress, StopLevel, TaskReport, TaskRequest};
+use herd_engine::gate::Permissions;
+use herd_engine::{
+    Engine, EngineError, GuardCommand, Progress, StopLevel, TaskReport, TaskRequest,
+};
 use herd_store::StatePaths;
 use serde_json::json;
 use tokio::sync::watch;
 
 use super::select;
-use crate::cli::TaskArgs;
+use crate::cli::{PermissionArgs, TaskArgs};
 use crate::{UsageError, exit, fmt};
 
 pub fn run(paths: StatePaths, args: TaskArgs) -> anyhow::Result<u8> {
@@ -46,14 +54,67 @@ pub(crate) fn prepare(mut args: TaskArgs) -> anyhow::Result<(TaskRequest, Option
     }
     let flags = select::Flags { timeout: args.timeout.is_some() };
     let inputs = std::mem::take(&mut args.input);
+    let perm_args = std::mem::take(&mut args.permissions);
     let mut req = request(args)?;
     if let Some(f) = &agent {
         select::apply_agent(&mut req, f, &inputs, &root, &flags)?;
     }
+    req.permissions = permissions(perm_args, &root)?;
+    // Refused before anything is created: exit 2, INVALID_PERMISSION_CONFIG.
+    req.permissions.validate(&req.spec).map_err(UsageError)?;
     Ok((req, resume))
 }
 
 const DEFAULT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30 * 60);
+
+/// The project's config, then the flags: ask rules, auto-approve limits, the ask timeout, grants.
+fn permissions(p: PermissionArgs, root: &std::path::Path) -> anyhow::Result<Permissions> {
+    let usage = |m: String| anyhow::Error::new(UsageError(m));
+    let cfg = herd_engine::config::load(root).map_err(|e| usage(e.to_string()))?;
+    let mut perms = cfg.permissions().map_err(usage)?;
+    for r in &p.ask {
+        let rule = Rule::parse(r).map_err(|e| usage(format!("--ask {r:?}: {e}")))?;
+        perms.policy.ask.push(rule);
+    }
+    if p.auto_approve {
+        let mut c = AutoApproveConfig::default();
+        if let Some(n) = p.tool_calls_per_minute {
+            c.tool_calls_per_minute = n;
+        }
+        if let Some(n) = p.bash_per_minute {
+            c.bash_per_minute = n;
+        }
+        if let Some(n) = p.writes_per_minute {
+            c.writes_per_minute = n;
+        }
+        if let Some(n) = p.max_tool_calls {
+            c.tool_calls_per_session = n;
+        }
+        if let Some(d) = p.max_duration {
+            c.max_duration = d;
+        }
+        c.queue_on_rate_limit = p.queue_on_rate_limit;
+        perms.auto_approve = Some(c);
+    }
+    if let Some(t) = p.permission_timeout {
+        perms.ask_timeout = t;
+    }
+    let now = std::time::Instant::now();
+    let mut grants = Grants::default();
+    for g in &p.grant {
+        match parse_grant_spec(g).map_err(|e| usage(format!("--grant {g:?}: {e}")))? {
+            GrantSpec::Tool { name, ttl } => grants.add(GrantKind::Tool { name }, ttl, now),
+            GrantSpec::Secret { name, ttl } => {
+                let value = std::env::var(&name).map_err(|_| {
+                    usage(format!("--grant {g:?}: herd's environment has no variable {name}"))
+                })?;
+                grants.add(GrantKind::Secret { name, value: Secret::from(value) }, ttl, now);
+            }
+        }
+    }
+    perms.grants = std::sync::Arc::new(std::sync::Mutex::new(grants));
+    Ok(perms)
+}
 
 /// Validate the flags into a request; every problem is a usage error naming the flag.
 fn request(a: TaskArgs) -> anyhow::Result<TaskRequest> {
@@ -105,6 +166,7 @@ fn request(a: TaskArgs) -> anyhow::Result<TaskRequest> {
         env: a.env,
         timeout: a.timeout.unwrap_or(DEFAULT_TIMEOUT),
         max_output_bytes: a.max_output_kb.map(|kb| kb * 1024),
+        permissions: Default::default(),
     })
 }
 
@@ -193,26 +255,47 @@ async fn run_async(
     let (stop_tx, stop_rx) = watch::channel(StopLevel::None);
     tokio::spawn(super::signals::forward(stop_tx));
     let live = std::io::stderr().is_terminal();
+    let paused = Arc::new(AtomicBool::new(false));
+    // A person at this terminal answers the run's permission requests.
+    let asker = (live && std::io::stdin().is_terminal()).then(|| {
+        let events = engine.writer().subscribe();
+        super::ask::spawn(engine.paths().clone(), id.clone(), events, paused.clone())
+    });
     let (prog_tx, prog_rx) = watch::channel(Progress::default());
-    let display = live.then(|| tokio::spawn(show_progress(id.clone(), req.backend, prog_rx)));
+    let display =
+        live.then(|| tokio::spawn(show_progress(id.clone(), req.backend, prog_rx, paused)));
     let report = engine.run(id, req, stop_rx, Some(prog_tx)).await;
+    if let Some(a) = asker {
+        a.abort();
+    }
     if let Some(d) = display {
         d.abort();
         let _ = d.await;
         eprint!("\r\x1b[2K");
     }
     engine.shutdown().await?;
-    let report = report?;
+    let report = report.map_err(|e| match e {
+        EngineError::InvalidPermissionConfig(m) => anyhow::Error::new(UsageError(m)),
+        e => e.into(),
+    })?;
     print_report(&report, json_out, live)?;
     Ok(exit_code(&report))
 }
 
-async fn show_progress(id: SubagentId, cli: BackendKind, rx: watch::Receiver<Progress>) {
+async fn show_progress(
+    id: SubagentId,
+    cli: BackendKind,
+    rx: watch::Receiver<Progress>,
+    paused: Arc<AtomicBool>,
+) {
     let started = std::time::Instant::now();
     let mut tick = tokio::time::interval(Duration::from_millis(100));
     let spinner = ['⠋', '⠙', '⠹', '⠸', '⠼', '⠴', '⠦', '⠧', '⠇', '⠏'];
     for i in 0usize.. {
         tick.tick().await;
+        if paused.load(Ordering::SeqCst) {
+            continue;
+        }
         let p = rx.borrow().clone();
         let mut line = format!(
             "{} {} {} · {:.1}s",

@@ -115,6 +115,7 @@ impl TaskParams {
             env: Vec::new(),
             max_output_kb: None,
             json: false,
+            permissions: Default::default(),
             command: Vec::new(),
         })
     }
@@ -373,6 +374,7 @@ impl Server {
             source_file: p.path,
             summary_cap: DEFAULT_SUMMARY_CAP,
             overlays,
+            permissions: crate::cmd::select::project_permissions().map_err(anyhow_err)?,
             id: None,
         };
         let background = p.background.unwrap_or(false);

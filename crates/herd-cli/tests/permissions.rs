@@ -1,0 +1,326 @@
+//! The permission gate end to end, with the real Claude Code binary asking herd about every
+//! tool call (`--permission-prompt-tool stdio`): rules, a person, auto-approve, hooks, audit.
+
+mod common;
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use common::{World, wait_until};
+use herd_testkit::{MockServer, Script};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+macro_rules! world_or_skip {
+    () => {{
+        let w = World::new();
+        if w.claude.is_none() {
+            return;
+        }
+        w
+    }};
+}
+
+fn bash(cmd: &str) -> Value {
+    json!({"command": cmd, "description": "test step"})
+}
+
+/// `herd audit --json` rows of one subagent.
+fn audit(w: &World, id: &str) -> Vec<Value> {
+    let out = w.run(&["audit", "--subagent", id, "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+fn of_type<'a>(rows: &'a [Value], t: &str) -> Vec<&'a Value> {
+    rows.iter().filter(|r| r["event_type"] == t).collect()
+}
+
+/// The id of the one running subagent, once it shows up.
+fn running_id(w: &World) -> String {
+    let mut id = None;
+    assert!(
+        wait_until(Duration::from_secs(20), || {
+            let (_, v) = w.json(&["ps", "--json"]);
+            id = v
+                .as_array()
+                .and_then(|a| a.first())
+                .and_then(|r| r["id"].as_str())
+                .map(str::to_owned);
+            id.is_some()
+        }),
+        "no running subagent"
+    );
+    id.unwrap()
+}
+
+/// The id of the first permission request waiting for a person.
+fn pending_request(w: &World) -> String {
+    let mut id = None;
+    assert!(
+        wait_until(Duration::from_secs(20), || {
+            let (_, v) = w.json(&["approve", "--json"]);
+            id = v
+                .as_array()
+                .and_then(|a| a.first())
+                .and_then(|r| r["id"].as_str())
+                .map(str::to_owned);
+            id.is_some()
+        }),
+        "no pending permission request"
+    );
+    id.unwrap()
+}
+
+#[test]
+fn allow_rule_runs_a_command_deny_rule_blocks_rm_and_both_are_audited_with_hashes() {
+    let w = world_or_skip!();
+    let victim = w.work.join("victim.txt");
+    std::fs::write(&victim, "keep me").unwrap();
+    let made = w.work.join("made.txt");
+    MockServer::shared().script(
+        "perm_rules",
+        Script::new()
+            .tool_use("Bash", bash(&format!("touch {}", made.display())))
+            .tool_use("Bash", bash(&format!("rm -f {}", victim.display())))
+            .text("done: {{last_tool_result}}"),
+    );
+    let (code, v) = w.json(&[
+        "task",
+        "SCENARIO=perm_rules go",
+        "--allow",
+        "Bash(touch *)",
+        "--deny",
+        "Bash(rm *)",
+        "--permission-timeout",
+        "3s",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{v}");
+    assert!(made.exists(), "the allowed command did not run");
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep me");
+    // The model received the denial as the tool's result.
+    let result = v["result"].as_str().unwrap();
+    assert!(result.contains("Denied by herd: deny rule"), "{result}");
+    let reqs = MockServer::shared().requests_for("perm_rules");
+    assert!(reqs.last().unwrap().body.to_string().contains("Denied by herd"));
+
+    let id = v["id"].as_str().unwrap();
+    let rows = audit(&w, id);
+    assert_eq!(of_type(&rows, "subagent_spawn").len(), 1);
+    let decisions = of_type(&rows, "permission_decision");
+    assert_eq!(decisions.len(), 2, "{rows:#?}");
+    assert_eq!(decisions[0]["decision"], "allow");
+    assert!(decisions[0]["decided_by"].as_str().unwrap().contains("allow rule"));
+    assert_eq!(decisions[1]["decision"], "deny");
+    assert!(decisions[1]["decided_by"].as_str().unwrap().contains("deny rule"));
+    for d in &decisions {
+        let preview = d["input_preview"].as_str().unwrap();
+        let hash = format!("{:x}", Sha256::digest(preview.as_bytes()));
+        assert_eq!(d["input_sha256"], hash, "the hash is of the input herd saw");
+    }
+    assert_eq!(of_type(&rows, "subagent_complete").len(), 1);
+}
+
+#[test]
+fn a_call_approved_from_a_second_process_runs() {
+    let w = world_or_skip!();
+    let made = w.work.join("approved.txt");
+    MockServer::shared().script(
+        "perm_approve",
+        Script::new()
+            .tool_use("Bash", bash(&format!("touch {}", made.display())))
+            .text("done: {{last_tool_result}}"),
+    );
+    let child = w
+        .herd(&["task", "SCENARIO=perm_approve go", "--permission-timeout", "60s", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let request = pending_request(&w);
+    assert!(!made.exists(), "the call ran before anyone approved it");
+    let out = w.run(&["approve", &request]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = child.wait_with_output().unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(0), "{v}");
+    assert!(made.exists());
+    // A second answer is refused: the first one won.
+    let again = w.run(&["deny", &request]);
+    assert_eq!(again.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&again.stderr).contains("already decided"));
+
+    let rows = audit(&w, v["id"].as_str().unwrap());
+    assert_eq!(of_type(&rows, "permission_request")[0]["decision"], "ask");
+    let d = of_type(&rows, "permission_decision");
+    assert_eq!(d.len(), 1);
+    assert_eq!(d[0]["decision"], "allow");
+    assert!(d[0]["decided_by"].as_str().unwrap().starts_with("a person"), "{:?}", d[0]);
+}
+
+#[test]
+fn an_unanswered_call_is_denied_at_the_timeout() {
+    let w = world_or_skip!();
+    let never = w.work.join("never.txt");
+    MockServer::shared().script(
+        "perm_timeout",
+        Script::new()
+            .tool_use("Bash", bash(&format!("touch {}", never.display())))
+            .text("done: {{last_tool_result}}"),
+    );
+    let start = Instant::now();
+    let (code, v) =
+        w.json(&["task", "SCENARIO=perm_timeout go", "--permission-timeout", "2s", "--json"]);
+    assert_eq!(code, 0, "{v}");
+    assert!(start.elapsed() >= Duration::from_secs(2));
+    assert!(!never.exists());
+    assert!(v["result"].as_str().unwrap().contains("nobody answered within 2s"), "{v}");
+    let (_, pending) = w.json(&["approve", "--json"]);
+    assert_eq!(pending, json!([]), "the expired request is no longer pending");
+}
+
+#[test]
+fn auto_approve_runs_exactly_the_rate_limit_and_audits_the_rest() {
+    let w = world_or_skip!();
+    let files: Vec<_> = (1..=4).map(|i| w.work.join(format!("auto{i}.txt"))).collect();
+    let mut script = Script::new();
+    for f in &files {
+        script = script.tool_use("Bash", bash(&format!("touch {}", f.display())));
+    }
+    MockServer::shared().script("perm_auto", script.text("done: {{last_tool_result}}"));
+    let (code, v) = w.json(&[
+        "task",
+        "SCENARIO=perm_auto go",
+        "--tools",
+        "Bash",
+        "--auto-approve",
+        "--bash-per-minute",
+        "2",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{v}");
+    let ran: Vec<bool> = files.iter().map(|f| f.exists()).collect();
+    assert_eq!(ran, [true, true, false, false]);
+    let rows = audit(&w, v["id"].as_str().unwrap());
+    let approved = of_type(&rows, "auto_approve_tool_call");
+    assert_eq!(approved.len(), 2);
+    assert_eq!(approved[1]["rate_limit_state"]["bash_calls_remaining"], 0);
+    let limited = of_type(&rows, "rate_limit_exceeded");
+    assert_eq!(limited.len(), 2, "{rows:#?}");
+    assert!(limited.iter().all(|r| r["decision"] == "deny"));
+    assert!(limited[0]["decided_by"].as_str().unwrap().contains("bash_per_minute"));
+    assert_eq!(of_type(&rows, "subagent_spawn")[0]["severity"], "warn");
+}
+
+#[test]
+fn revoke_mid_run_makes_the_next_call_ask() {
+    let w = world_or_skip!();
+    let first = w.work.join("first.txt");
+    let second = w.work.join("second.txt");
+    MockServer::shared().script(
+        "perm_revoke",
+        Script::new()
+            .tool_use("Bash", bash(&format!("touch {}", first.display())))
+            .tool_use("Bash", bash(&format!("touch {}", second.display())))
+            .delay(Duration::from_secs(3))
+            .text("done: {{last_tool_result}}"),
+    );
+    let child = w
+        .herd(&[
+            "task",
+            "SCENARIO=perm_revoke go",
+            "--tools",
+            "Bash",
+            "--auto-approve",
+            "--permission-timeout",
+            "30s",
+            "--json",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let id = running_id(&w);
+    assert!(wait_until(Duration::from_secs(20), || first.exists()), "auto-approve did not run");
+    let short = w.run(&["revoke", &id, "--reason", "too short"]);
+    assert_eq!(short.status.code(), Some(2));
+    let out = w.run(&["revoke", &id, "--reason", "an unexpected command showed up"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let request = pending_request(&w);
+    let out = w.run(&["deny", &request, "--reason", "not after a revoke"]);
+    assert!(out.status.success());
+    let out = child.wait_with_output().unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(0), "{v}");
+    assert!(!second.exists());
+    assert!(v["result"].as_str().unwrap().contains("not after a revoke"), "{v}");
+    let rows = audit(&w, &id);
+    assert_eq!(of_type(&rows, "auto_approve_tool_call").len(), 1);
+    assert_eq!(of_type(&rows, "permission_revoke").len(), 1);
+    assert_eq!(of_type(&rows, "permission_request").len(), 1);
+    assert!(w.kinds(&id).iter().any(|k| k == "auto_approve_revoked"));
+}
+
+#[test]
+fn a_pre_tool_use_hook_vetoes_and_a_crashing_hook_does_not_stop_the_run() {
+    let w = world_or_skip!();
+    std::fs::create_dir_all(w.work.join(".herd")).unwrap();
+    std::fs::write(
+        w.work.join(".herd/config.yml"),
+        "hooks:\n  PreToolUse:\n    - matcher: Bash\n      command: \"grep -q forbidden && { echo 'forbidden by the hook' >&2; exit 2; }; exit 0\"\n  \
+         PostToolUse:\n    - command: \"kill -SEGV $$\"\n  SubagentStart:\n    - command: \"exit 7\"\n",
+    )
+    .unwrap();
+    let forbidden = w.work.join("forbidden.txt");
+    let fine = w.work.join("fine.txt");
+    MockServer::shared().script(
+        "perm_hooks",
+        Script::new()
+            .tool_use("Bash", bash(&format!("touch {}", forbidden.display())))
+            .tool_use("Bash", bash(&format!("touch {}", fine.display())))
+            .text("done: {{last_tool_result}}"),
+    );
+    let out = w.run(&["task", "SCENARIO=perm_hooks go", "--allow", "Bash(touch *)", "--json"]);
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(0), "{v}");
+    assert!(!forbidden.exists(), "the veto did not hold");
+    assert!(fine.exists());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("WARN SubagentStart hook"), "failing hooks are shown: {stderr}");
+    let id = v["id"].as_str().unwrap();
+    let rows = audit(&w, id);
+    let veto = of_type(&rows, "hook_veto");
+    assert_eq!(veto.len(), 1);
+    assert!(veto[0]["decided_by"].as_str().unwrap().contains("forbidden by the hook"));
+    assert!(of_type(&rows, "hook_failed").len() >= 2, "{rows:#?}");
+    let events = w.events(id);
+    let outcomes: Vec<&str> = events
+        .iter()
+        .filter(|e| e["kind"] == "hook_ran")
+        .map(|e| e["outcome"].as_str().unwrap())
+        .collect();
+    assert!(outcomes.contains(&"veto") && outcomes.contains(&"failed"), "{outcomes:?}");
+}
+
+#[test]
+fn auto_approve_needs_known_tools() {
+    let w = World::new();
+    let out = w.run(&["task", "x", "--auto-approve"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("INVALID_PERMISSION_CONFIG") && err.contains("tools"), "{err}");
+    let out = w.run(&["task", "x", "--auto-approve", "--tools", "Bsh"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("Bsh"));
+    let out =
+        w.run(&["task", "x", "--tools", "Bash", "--auto-approve", "--bash-per-minute", "500"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("bash_per_minute"));
+    let out = w.run(&["task", "x", "--deny", "Bash(rm *"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("Bash(rm *"));
+    // Nothing was started or recorded.
+    let (_, ps) = w.json(&["ps", "--all", "--json"]);
+    assert_eq!(ps, json!([]));
+}

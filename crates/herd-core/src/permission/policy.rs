@@ -1,0 +1,215 @@
+//! A run's tool policy (`tools`, allow / deny / ask rules, readonly) and the rule stages of the
+//! decision pipeline, alone and layered under the policies of the herds above (children narrow).
+
+use serde::{Deserialize, Serialize};
+
+use super::rule::{Call, Rule};
+
+/// Tools that change things: a readonly policy denies them.
+const WRITING_TOOLS: &[&str] = &["bash", "write", "edit", "multiedit", "notebookedit"];
+
+/// What a run may do with tools.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Policy {
+    /// Normalised names of the tools the agent has at all; empty = every tool.
+    #[serde(default)]
+    pub tools: Vec<String>,
+    #[serde(default)]
+    pub allow: Vec<Rule>,
+    #[serde(default)]
+    pub deny: Vec<Rule>,
+    #[serde(default)]
+    pub ask: Vec<Rule>,
+    #[serde(default)]
+    pub readonly: bool,
+}
+
+/// What the rule stages decided (hooks and auto-approve come after, in the engine).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "decision", rename_all = "snake_case")]
+pub enum Decision {
+    Deny {
+        by: String,
+    },
+    Ask {
+        by: String,
+    },
+    Allow {
+        by: String,
+    },
+    /// No rule speaks: a person is asked, or auto-approve decides.
+    Undecided,
+}
+
+impl Decision {
+    /// Strictness: deny < ask < undecided < allow.
+    fn rank(&self) -> u8 {
+        match self {
+            Self::Deny { .. } => 0,
+            Self::Ask { .. } => 1,
+            Self::Undecided => 2,
+            Self::Allow { .. } => 3,
+        }
+    }
+}
+
+impl Policy {
+    /// DESIGN §6 order: not in `tools` (and not granted) → deny; deny rules; readonly; allow
+    /// rules; ask rules; else undecided.
+    pub fn evaluate(&self, call: &Call, granted_tools: &[String]) -> Decision {
+        if !self.tools.is_empty()
+            && !self.tools.contains(&call.tool)
+            && !granted_tools.contains(&call.tool)
+        {
+            return Decision::Deny {
+                by: format!("tools: {} is not in [{}]", call.tool, self.tools.join(", ")),
+            };
+        }
+        if let Some(r) = self.deny.iter().find(|r| r.matches(call)) {
+            return Decision::Deny { by: format!("deny rule {r}") };
+        }
+        if self.readonly && WRITING_TOOLS.contains(&call.tool.as_str()) {
+            return Decision::Deny { by: "readonly policy".into() };
+        }
+        if let Some(r) = self.allow.iter().find(|r| r.matches(call)) {
+            return Decision::Allow { by: format!("allow rule {r}") };
+        }
+        if let Some(r) = self.ask.iter().find(|r| r.matches(call)) {
+            return Decision::Ask { by: format!("ask rule {r}") };
+        }
+        Decision::Undecided
+    }
+
+    /// Add `other`'s rules at the same level (config + agent + step + flags). Tools: both lists
+    /// when both are set (intersection), else whichever is set.
+    pub fn merge(&mut self, other: &Policy) {
+        self.allow.extend(other.allow.iter().cloned());
+        self.deny.extend(other.deny.iter().cloned());
+        self.ask.extend(other.ask.iter().cloned());
+        self.readonly |= other.readonly;
+        self.tools = match (self.tools.is_empty(), other.tools.is_empty()) {
+            (_, true) => std::mem::take(&mut self.tools),
+            (true, false) => other.tools.clone(),
+            (false, false) => {
+                self.tools.iter().filter(|t| other.tools.contains(t)).cloned().collect()
+            }
+        };
+    }
+}
+
+/// Decide under every layer (the herds above first, this run last): the strictest answer
+/// wins, so a child can only narrow what its parents allow.
+pub fn evaluate_layers(layers: &[Policy], call: &Call, granted_tools: &[String]) -> Decision {
+    layers
+        .iter()
+        .map(|p| p.evaluate(call, granted_tools))
+        .min_by_key(Decision::rank)
+        .unwrap_or(Decision::Undecided)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    fn rules(list: &[&str]) -> Vec<Rule> {
+        list.iter().map(|r| Rule::parse(r).unwrap()).collect()
+    }
+
+    fn bash(cmd: &str) -> Call {
+        Call::new("Bash", &json!({"command": cmd}), None)
+    }
+
+    #[test]
+    fn pipeline_order() {
+        let p = Policy {
+            tools: vec!["bash".into(), "write".into()],
+            allow: rules(&["Bash(cargo *)", "Bash(rm -i *)"]),
+            deny: rules(&["Bash(rm *)"]),
+            ask: rules(&["Bash(git push *)"]),
+            readonly: false,
+        };
+        assert!(matches!(p.evaluate(&bash("cargo test"), &[]), Decision::Allow { .. }));
+        // Deny wins over an allow rule that also matches.
+        assert_eq!(
+            p.evaluate(&bash("rm -i x"), &[]),
+            Decision::Deny { by: "deny rule bash(rm *)".into() }
+        );
+        assert!(matches!(p.evaluate(&bash("git push origin"), &[]), Decision::Ask { .. }));
+        assert_eq!(p.evaluate(&bash("ls"), &[]), Decision::Undecided);
+        let read = Call::new("Read", &json!({"file_path": "/x"}), None);
+        assert!(matches!(p.evaluate(&read, &[]), Decision::Deny { by } if by.contains("tools")));
+        assert_eq!(p.evaluate(&read, &["read".into()]), Decision::Undecided, "a granted tool");
+        let ro = Policy { readonly: true, allow: rules(&["Bash"]), ..Policy::default() };
+        assert!(matches!(ro.evaluate(&bash("ls"), &[]), Decision::Deny { .. }));
+        assert_eq!(ro.evaluate(&read, &[]), Decision::Undecided);
+    }
+
+    #[test]
+    fn merge_and_layers() {
+        let mut a = Policy { tools: vec!["bash".into(), "read".into()], ..Policy::default() };
+        a.merge(&Policy {
+            tools: vec!["read".into()],
+            deny: rules(&["Read(/etc/*)"]),
+            ..Policy::default()
+        });
+        assert_eq!(a.tools, ["read"]);
+        assert_eq!(a.deny.len(), 1);
+        let parent =
+            Policy { deny: rules(&["Bash(curl *)"]), allow: rules(&["Bash"]), ..Policy::default() };
+        let child = Policy { allow: rules(&["Bash(curl *)", "Bash(ls)"]), ..Policy::default() };
+        let layers = [parent, child];
+        assert!(matches!(evaluate_layers(&layers, &bash("curl x"), &[]), Decision::Deny { .. }));
+        assert!(matches!(evaluate_layers(&layers, &bash("ls"), &[]), Decision::Allow { .. }));
+        // The child is silent about echo: it asks even though the parent would allow it.
+        assert_eq!(evaluate_layers(&layers, &bash("echo"), &[]), Decision::Undecided);
+        assert_eq!(evaluate_layers(&[], &bash("echo"), &[]), Decision::Undecided);
+    }
+
+    fn rule_strategy() -> impl Strategy<Value = Rule> {
+        (prop::sample::select(vec!["bash", "write", "read"]), prop::option::of("[a-c* ]{1,4}"))
+            .prop_map(|(tool, pattern)| Rule { tool: tool.into(), pattern })
+    }
+
+    fn policy_strategy() -> impl Strategy<Value = Policy> {
+        (
+            prop::collection::vec(prop::sample::select(vec!["bash", "write", "read"]), 0..3),
+            prop::collection::vec(rule_strategy(), 0..3),
+            prop::collection::vec(rule_strategy(), 0..3),
+            prop::collection::vec(rule_strategy(), 0..3),
+            any::<bool>(),
+        )
+            .prop_map(|(tools, allow, deny, ask, readonly)| Policy {
+                tools: tools.into_iter().map(String::from).collect(),
+                allow,
+                deny,
+                ask,
+                readonly,
+            })
+    }
+
+    proptest! {
+        #[test]
+        fn layers_are_never_more_permissive_than_any_layer(
+            layers in prop::collection::vec(policy_strategy(), 1..4),
+            tool in prop::sample::select(vec!["Bash", "Write", "Read"]),
+            input in "[a-c ]{0,5}",
+        ) {
+            let call = Call::new(tool, &json!({"command": input, "file_path": input}), None);
+            let all = evaluate_layers(&layers, &call, &[]);
+            for l in &layers {
+                prop_assert!(all.rank() <= l.evaluate(&call, &[]).rank());
+            }
+        }
+
+        #[test]
+        fn a_matching_deny_rule_always_wins(p in policy_strategy(), input in "[a-c ]{0,5}") {
+            let mut p = p;
+            p.deny.push(Rule { tool: "bash".into(), pattern: None });
+            let d = p.evaluate(&bash(&input), &[]);
+            let denied = matches!(d, Decision::Deny { .. });
+            prop_assert!(denied);
+        }
+    }
+}

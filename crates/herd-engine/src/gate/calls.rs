@@ -1,0 +1,96 @@
+//! The gate's view of a running agent's stream: permission requests become decisions in flight,
+//! tool calls the CLI ran without asking are audited as observed, finished calls fire PostToolUse.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use herd_backends::PermissionAnswer;
+use herd_core::{AgentEvent, Decoded};
+use serde_json::{Value, json};
+use tokio::task::JoinSet;
+
+use super::{Gate, HookEvent, ToolRequest};
+
+/// Decisions in flight and side work (hooks, audit of observed calls) of one run.
+#[derive(Debug)]
+pub(crate) struct Calls {
+    pub gate: Arc<Gate>,
+    /// Answers being decided, keyed by nothing: each yields its CLI request id.
+    pub decisions: JoinSet<(String, PermissionAnswer)>,
+    side: JoinSet<()>,
+    /// Tool calls seen, by tool_use id, until their result.
+    open: HashMap<String, (String, Value)>,
+    /// tool_use ids the CLI asked about.
+    asked: HashSet<String>,
+}
+
+impl Calls {
+    pub fn new(gate: Arc<Gate>) -> Self {
+        Self {
+            gate,
+            decisions: JoinSet::new(),
+            side: JoinSet::new(),
+            open: HashMap::new(),
+            asked: HashSet::new(),
+        }
+    }
+
+    /// Look at a batch of decoded events before they are stored.
+    pub fn observe(&mut self, evs: &[Decoded]) {
+        for d in evs {
+            match &d.event {
+                AgentEvent::ControlRequest { request_id, subtype, request } => {
+                    if let Some(req) = ToolRequest::parse(request_id, subtype, request) {
+                        if let Some(t) = &req.tool_use_id {
+                            self.asked.insert(t.clone());
+                        }
+                        self.decisions.spawn(self.gate.clone().decide(req));
+                    }
+                }
+                AgentEvent::ToolCall { id, name, input } => {
+                    self.open.insert(id.clone(), (name.clone(), input.clone()));
+                }
+                AgentEvent::ToolResult { tool_use_id, is_error, content } => {
+                    let Some((name, input)) = self.open.remove(tool_use_id) else { continue };
+                    let asked = self.asked.remove(tool_use_id);
+                    let gate = self.gate.clone();
+                    let post = gate.has_hooks(HookEvent::PostToolUse);
+                    if asked && !post {
+                        continue;
+                    }
+                    let payload = json!({
+                        "hook_event_name": "PostToolUse", "subagent_id": gate.subagent.as_str(),
+                        "tool_name": name, "tool_input": input, "is_error": is_error,
+                        "tool_response": herd_core::truncate_str(content, 16 * 1024),
+                    });
+                    self.side.spawn(async move {
+                        if !asked {
+                            let _ = gate.observed(&name, &input).await;
+                        }
+                        if post {
+                            gate.fire(HookEvent::PostToolUse, &name, payload).await;
+                        }
+                    });
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Start a lifecycle hook in the background.
+    pub fn fire(&mut self, event: HookEvent, payload: Value) {
+        if self.gate.has_hooks(event) {
+            let gate = self.gate.clone();
+            self.side.spawn(async move {
+                let subject = gate.names().subagent_name.clone();
+                gate.fire(event, &subject, payload).await;
+            });
+        }
+    }
+
+    /// The run is over: undecided calls are dropped, side work is waited for.
+    pub async fn close(&mut self) {
+        self.decisions.abort_all();
+        while self.side.join_next().await.is_some() {}
+    }
+}

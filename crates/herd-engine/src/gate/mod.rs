@@ -1,0 +1,609 @@
+//! The permission gate: every tool call an agent asks for goes through one pipeline — rules,
+//! PreToolUse hooks, a person, auto-approve limits (DESIGN §6) — and every decision is audited.
+
+pub(crate) mod calls;
+pub mod hooks;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use herd_backends::{PermissionAnswer, RunSpec};
+use herd_core::permission::{
+    AutoApproveConfig, AutoApprover, Call, CallKind, Decision, Grants, PermissionConfigError,
+    Policy, Rule, evaluate_layers, input_preview, input_sha256, main_input, normalize_tool,
+    validate_auto_approve,
+};
+use herd_core::{AgentEvent, Decoded, SubagentId};
+use herd_store::{NewAudit, NewPermissionRequest, Store, WriterHandle, now_ms};
+use serde_json::{Value, json};
+
+pub use hooks::{DEFAULT_HOOK_TIMEOUT, HookDef, HookEnv, HookEvent, HookOutcome, run_hook};
+
+/// How long a call waits for a person before it is denied.
+pub const DEFAULT_ASK_TIMEOUT: Duration = Duration::from_secs(120);
+/// The environment variable carrying the policies of the herds above this one (JSON).
+pub const POLICY_LAYERS_VAR: &str = "HERD_POLICY_LAYERS";
+
+/// A run's permission settings.
+#[derive(Debug, Clone)]
+pub struct Permissions {
+    /// allow / deny / ask rules from config, agent, step and flags (`tools` comes from the spec).
+    pub policy: Policy,
+    /// Approve calls no rule decides, within these limits.
+    pub auto_approve: Option<AutoApproveConfig>,
+    /// How long a call waits for `herd approve` / `herd deny` (or the terminal) before denial.
+    pub ask_timeout: Duration,
+    pub hooks: Vec<HookDef>,
+    /// TTL-bounded secrets and extra tools.
+    pub grants: Arc<Mutex<Grants>>,
+}
+
+impl Default for Permissions {
+    fn default() -> Self {
+        Self {
+            policy: Policy::default(),
+            auto_approve: None,
+            ask_timeout: DEFAULT_ASK_TIMEOUT,
+            hooks: Vec::new(),
+            grants: Arc::new(Mutex::new(Grants::default())),
+        }
+    }
+}
+
+impl Permissions {
+    /// This run's own policy: these settings' rules, the spec's `allow` / `deny` rules and its
+    /// `tools`. Errors name the rule that does not parse.
+    pub fn run_policy(&self, spec: &RunSpec) -> Result<Policy, String> {
+        let parse = |list: &[String], what: &str| -> Result<Vec<Rule>, String> {
+            list.iter()
+                .map(|r| Rule::parse(r).map_err(|e| format!("{what} rule {r:?}: {e}")))
+                .collect()
+        };
+        let mut own = self.policy.clone();
+        own.merge(&Policy {
+            allow: parse(&spec.allow, "allow")?,
+            deny: parse(&spec.deny, "deny")?,
+            ..Policy::default()
+        });
+        if let Some(t) = &spec.tools {
+            own.tools = t.iter().map(|t| normalize_tool(t)).collect();
+        }
+        Ok(own)
+    }
+
+    /// Check the rules parse, and auto-approve against the tools the agent has (seed 000: a
+    /// non-empty, known list).
+    pub fn validate(&self, spec: &RunSpec) -> Result<(), String> {
+        self.run_policy(spec)?;
+        match &self.auto_approve {
+            Some(cfg) => {
+                let tools = spec.tools.as_deref().unwrap_or_default();
+                validate_auto_approve(tools, cfg).map_err(|e: PermissionConfigError| e.to_string())
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// What the audit log keeps of these settings: rules, limits, grant names — never values.
+    pub fn summary(&self, spec: &RunSpec) -> Value {
+        let tools = &spec.tools;
+        let rules = |r: &[Rule]| r.iter().map(ToString::to_string).collect::<Vec<_>>();
+        let now = tokio::time::Instant::now().into_std();
+        let grants = lock(&self.grants);
+        let allow = [rules(&self.policy.allow), spec.allow.clone()].concat();
+        let deny = [rules(&self.policy.deny), spec.deny.clone()].concat();
+        json!({
+            "tools": tools,
+            "allow": allow,
+            "deny": deny,
+            "ask": rules(&self.policy.ask),
+            "readonly": self.policy.readonly,
+            "auto_approve": self.auto_approve,
+            "ask_timeout_ms": self.ask_timeout.as_millis() as u64,
+            "hooks": self.hooks.iter().map(|h| format!("{}: {}", h.event.as_str(), h.command)).collect::<Vec<_>>(),
+            "granted_tools": grants.valid_tools(now),
+            "granted_secrets": grants.valid_secrets(now).into_iter().map(|(n, _)| n).collect::<Vec<_>>(),
+        })
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn now() -> std::time::Instant {
+    tokio::time::Instant::now().into_std()
+}
+
+/// A `can_use_tool` request from the agent CLI.
+#[derive(Debug, Clone)]
+pub(crate) struct ToolRequest {
+    pub request_id: String,
+    pub tool: String,
+    pub input: Value,
+    pub tool_use_id: Option<String>,
+    /// Set when the call comes from inside one of the agent's own subagents.
+    pub agent_id: Option<String>,
+}
+
+impl ToolRequest {
+    /// The request inside a claude `control_request` (`request` object), if it is a tool call.
+    pub fn parse(request_id: &str, subtype: &str, request: &Value) -> Option<Self> {
+        if subtype != "can_use_tool" {
+            return None;
+        }
+        let s = |k: &str| request.get(k).and_then(Value::as_str).map(str::to_owned);
+        Some(Self {
+            request_id: request_id.to_owned(),
+            tool: s("tool_name")?,
+            input: request.get("input").cloned().unwrap_or(Value::Object(Default::default())),
+            tool_use_id: s("tool_use_id"),
+            agent_id: s("agent_id"),
+        })
+    }
+}
+
+/// Mutable per-run gate state.
+#[derive(Debug, Default)]
+struct GateState {
+    approver: Option<AutoApprover>,
+    revoked: Option<String>,
+    /// Rules a person added with `herd approve --always`, for the rest of this run.
+    always: Vec<Rule>,
+}
+
+/// One run's gate.
+#[derive(Debug)]
+pub(crate) struct Gate {
+    perms: Permissions,
+    /// The parents' policies, then this run's.
+    layers: Vec<Policy>,
+    writer: WriterHandle,
+    store: Arc<Mutex<Store>>,
+    subagent: SubagentId,
+    names: HookEnv,
+    cwd: PathBuf,
+    state: Mutex<GateState>,
+}
+
+/// Fields of an audit entry about one call.
+struct Entry<'a> {
+    event_type: &'static str,
+    severity: &'static str,
+    decision: Option<&'static str>,
+    by: String,
+    rate: Option<Value>,
+    details: Option<Value>,
+    req: &'a ToolRequest,
+}
+
+impl Gate {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        perms: Permissions,
+        inherited: &[Policy],
+        spec: &RunSpec,
+        writer: WriterHandle,
+        store: Arc<Mutex<Store>>,
+        subagent: SubagentId,
+        names: HookEnv,
+        cwd: PathBuf,
+    ) -> Self {
+        // Validated at create_run; a rule that stopped parsing since is dropped, never widened
+        // into "no rules" (the deny-by-default of asking a person still applies).
+        let own = perms.run_policy(spec).unwrap_or_else(|_| {
+            let mut p = perms.policy.clone();
+            p.readonly = true;
+            p
+        });
+        let mut layers = inherited.to_vec();
+        layers.push(own);
+        let approver = perms.auto_approve.clone().map(|c| AutoApprover::new(c, now()));
+        Self {
+            perms,
+            layers,
+            writer,
+            store,
+            subagent,
+            names,
+            cwd,
+            state: Mutex::new(GateState { approver, ..GateState::default() }),
+        }
+    }
+
+    /// The policy layers a herd started inside this run must apply (JSON for the env).
+    pub fn layers_json(&self) -> String {
+        serde_json::to_string(&self.layers).unwrap_or_else(|_| "[]".into())
+    }
+
+    /// Hooks of `event` for `subject`.
+    fn hooks(&self, event: HookEvent, subject: &str) -> Vec<HookDef> {
+        self.perms.hooks.iter().filter(|h| h.applies(event, subject)).cloned().collect()
+    }
+
+    /// Switch auto-approve off (first time only); true if this call did it.
+    pub async fn revoke(&self, reason: &str) -> bool {
+        {
+            let mut st = lock(&self.state);
+            if st.revoked.is_some() {
+                return false;
+            }
+            st.revoked = Some(reason.to_owned());
+        }
+        let ev = AgentEvent::AutoApproveRevoked { reason: reason.to_owned() };
+        let _ = self.writer.append(&self.subagent, vec![Decoded::top(ev)]).await;
+        true
+    }
+
+    /// Decide one tool call. Never fails: on an internal error the call is denied.
+    pub async fn decide(self: Arc<Self>, req: ToolRequest) -> (String, PermissionAnswer) {
+        let answer = match self.pipeline(&req).await {
+            Ok(a) => a,
+            Err(e) => PermissionAnswer::Deny { message: format!("herd could not decide: {e}") },
+        };
+        (req.request_id, answer)
+    }
+
+    async fn pipeline(
+        &self,
+        req: &ToolRequest,
+    ) -> Result<PermissionAnswer, herd_store::StoreError> {
+        let call = Call::new(&req.tool, &req.input, Some(&self.cwd));
+        let granted = lock(&self.perms.grants).valid_tools(now());
+        let decision = {
+            let st = lock(&self.state);
+            if st.always.is_empty() {
+                evaluate_layers(&self.layers, &call, &granted)
+            } else {
+                let mut layers = self.layers.clone();
+                if let Some(own) = layers.last_mut() {
+                    own.allow.extend(st.always.iter().cloned());
+                }
+                evaluate_layers(&layers, &call, &granted)
+            }
+        };
+        if let Decision::Deny { by } = decision {
+            return self.deny(req, "permission_decision", by, None).await;
+        }
+        for hook in self.hooks(HookEvent::PreToolUse, &req.tool) {
+            let payload = json!({
+                "hook_event_name": "PreToolUse", "subagent_id": self.subagent.as_str(),
+                "tool_name": req.tool, "tool_input": req.input, "cwd": self.cwd,
+            });
+            let outcome = self.run_hook(&hook, &payload).await;
+            if let HookOutcome::Veto(reason) = outcome {
+                let by = format!("PreToolUse hook `{}`: {reason}", hook.command);
+                return self.deny(req, "hook_veto", by, None).await;
+            }
+        }
+        match decision {
+            Decision::Allow { by } => self.allow(req, "permission_decision", by, None).await,
+            Decision::Ask { by } => self.ask_person(req, by).await,
+            Decision::Deny { .. } | Decision::Undecided => self.auto_or_ask(req).await,
+        }
+    }
+
+    async fn auto_or_ask(
+        &self,
+        req: &ToolRequest,
+    ) -> Result<PermissionAnswer, herd_store::StoreError> {
+        let kind = CallKind::of(&normalize_tool(&req.tool));
+        loop {
+            let attempt = {
+                let mut st = lock(&self.state);
+                let revoked = st.revoked.is_some();
+                match st.approver.as_mut() {
+                    Some(a) if !revoked => {
+                        let t = now();
+                        if a.time_remaining(t).is_none() {
+                            Some(Err(None))
+                        } else {
+                            Some(
+                                a.try_acquire(kind, t)
+                                    .map_err(Some)
+                                    .map(|s| (s, a.time_remaining(t))),
+                            )
+                        }
+                    }
+                    _ => None,
+                }
+            };
+            let queue = self.perms.auto_approve.as_ref().is_some_and(|c| c.queue_on_rate_limit);
+            match attempt {
+                None => {
+                    let why = if lock(&self.state).revoked.is_some() {
+                        "auto-approve was revoked; no rule decides this call"
+                    } else {
+                        "no rule decides this call and auto-approve is off"
+                    };
+                    return self.ask_person(req, why.into()).await;
+                }
+                Some(Ok((state, left))) => {
+                    let details = json!({"time_remaining_seconds": left.map(|d| d.as_secs())});
+                    let entry = Entry {
+                        event_type: "auto_approve_tool_call",
+                        severity: "warn",
+                        decision: Some("allow"),
+                        by: "auto-approve".into(),
+                        rate: serde_json::to_value(state).ok(),
+                        details: Some(details),
+                        req,
+                    };
+                    self.record(entry).await?;
+                    return Ok(PermissionAnswer::Allow { input: req.input.clone() });
+                }
+                Some(Err(None)) => {
+                    return self
+                        .deny(
+                            req,
+                            "subagent_timeout",
+                            "the auto-approve time box is over".into(),
+                            None,
+                        )
+                        .await;
+                }
+                Some(Err(Some(limited))) => {
+                    let by = format!("rate limit {}", limited.limit);
+                    let rate = serde_json::to_value(limited.state).ok();
+                    match limited.retry_after.filter(|_| queue) {
+                        Some(wait) => {
+                            let entry = Entry {
+                                event_type: "rate_limit_exceeded",
+                                severity: "warn",
+                                decision: None,
+                                by: format!("{by}: queued for {} ms", wait.as_millis()),
+                                rate,
+                                details: None,
+                                req,
+                            };
+                            self.record(entry).await?;
+                            tokio::time::sleep(wait).await;
+                        }
+                        None => return self.deny(req, "rate_limit_exceeded", by, rate).await,
+                    }
+                }
+            }
+        }
+    }
+
+    /// Ask a person: a pending request anyone can answer; denied when nobody does in time.
+    async fn ask_person(
+        &self,
+        req: &ToolRequest,
+        why: String,
+    ) -> Result<PermissionAnswer, herd_store::StoreError> {
+        let id = format!("perm_{}", SubagentId::generate());
+        let timeout = self.perms.ask_timeout;
+        let preview = input_preview(&req.input);
+        self.writer
+            .create_permission_request(NewPermissionRequest {
+                id: id.clone(),
+                subagent_id: self.subagent.to_string(),
+                cli_request_id: req.request_id.clone(),
+                tool: req.tool.clone(),
+                input_preview: preview.clone(),
+                input_sha256: input_sha256(&req.input),
+                expires_at: now_ms() + timeout.as_millis() as i64,
+            })
+            .await?;
+        let ev = AgentEvent::PermissionRequested {
+            request: id.clone(),
+            tool: req.tool.clone(),
+            input_preview: preview,
+            timeout_ms: timeout.as_millis() as u64,
+        };
+        self.writer.append(&self.subagent, vec![Decoded::top(ev)]).await?;
+        let details = Some(json!({"request": id}));
+        self.record(Entry {
+            event_type: "permission_request",
+            severity: "info",
+            decision: Some("ask"),
+            by: why,
+            rate: None,
+            details,
+            req,
+        })
+        .await?;
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut tick = tokio::time::interval(Duration::from_millis(100));
+        loop {
+            tick.tick().await;
+            let row = lock(&self.store).permission_request(&id)?;
+            match row {
+                Some(r) if r.status == "approved" => {
+                    if r.always {
+                        let tool = normalize_tool(&req.tool);
+                        let pattern = main_input(&tool, &req.input);
+                        lock(&self.state).always.push(Rule { tool, pattern });
+                    }
+                    let by = format!(
+                        "a person ({}){}",
+                        r.decided_by.unwrap_or_default(),
+                        if r.always { ", always" } else { "" }
+                    );
+                    return self.allow(req, "permission_decision", by, Some(id)).await;
+                }
+                Some(r) if r.status == "denied" => {
+                    let reason = r.reason.unwrap_or_else(|| "no reason given".into());
+                    let by = format!("a person ({}): {reason}", r.decided_by.unwrap_or_default());
+                    return self.deny(req, "permission_decision", by, None).await;
+                }
+                Some(r) if r.status != "pending" => {
+                    return self
+                        .deny(req, "permission_decision", format!("request {}", r.status), None)
+                        .await;
+                }
+                _ => {}
+            }
+            if tokio::time::Instant::now() >= deadline {
+                self.writer.close_permission_request(&id, "expired", "timeout").await?;
+                let by = format!("nobody answered within {}s", timeout.as_secs());
+                return self.deny(req, "permission_decision", by, None).await;
+            }
+        }
+    }
+
+    async fn allow(
+        &self,
+        req: &ToolRequest,
+        event_type: &'static str,
+        by: String,
+        request: Option<String>,
+    ) -> Result<PermissionAnswer, herd_store::StoreError> {
+        let details = request.map(|r| json!({"request": r}));
+        self.record(Entry {
+            event_type,
+            severity: "info",
+            decision: Some("allow"),
+            by,
+            rate: None,
+            details,
+            req,
+        })
+        .await?;
+        Ok(PermissionAnswer::Allow { input: req.input.clone() })
+    }
+
+    async fn deny(
+        &self,
+        req: &ToolRequest,
+        event_type: &'static str,
+        by: String,
+        rate: Option<Value>,
+    ) -> Result<PermissionAnswer, herd_store::StoreError> {
+        let message = format!("Denied by herd: {by}");
+        self.record(Entry {
+            event_type,
+            severity: "warn",
+            decision: Some("deny"),
+            by,
+            rate,
+            details: None,
+            req,
+        })
+        .await?;
+        Ok(PermissionAnswer::Deny { message })
+    }
+
+    /// Audit a decision and add it to the run's events.
+    async fn record(&self, e: Entry<'_>) -> Result<(), herd_store::StoreError> {
+        let mut details = e.details.unwrap_or_else(|| json!({}));
+        if let Some(obj) = details.as_object_mut() {
+            obj.insert("cli_request_id".into(), e.req.request_id.clone().into());
+            if let Some(a) = &e.req.agent_id {
+                obj.insert("agent_id".into(), a.clone().into());
+            }
+            if let Some(t) = &e.req.tool_use_id {
+                obj.insert("tool_use_id".into(), t.clone().into());
+            }
+        }
+        if let Some(decision) = e.decision.filter(|d| *d != "ask") {
+            let ev = AgentEvent::PermissionDecided {
+                tool: e.req.tool.clone(),
+                decision: decision.into(),
+                by: e.by.clone(),
+                request: Some(e.req.request_id.clone()),
+            };
+            self.writer.append(&self.subagent, vec![Decoded::top(ev)]).await?;
+        }
+        self.writer
+            .audit(NewAudit {
+                event_type: e.event_type,
+                severity: e.severity,
+                subagent_id: Some(self.subagent.to_string()),
+                parent_session_id: Some(self.names.session_id.clone()),
+                tool: Some(e.req.tool.clone()),
+                input_preview: Some(input_preview(&e.req.input)),
+                input_sha256: Some(input_sha256(&e.req.input)),
+                decision: e.decision,
+                decided_by: Some(e.by),
+                rate_limit_state: e.rate,
+                details: Some(details),
+            })
+            .await
+    }
+
+    /// A call the CLI made without asking (read-only tools): audited as observed.
+    pub async fn observed(&self, tool: &str, input: &Value) -> Result<(), herd_store::StoreError> {
+        self.writer
+            .audit(NewAudit {
+                event_type: "tool_call_observed",
+                severity: "info",
+                subagent_id: Some(self.subagent.to_string()),
+                parent_session_id: Some(self.names.session_id.clone()),
+                tool: Some(tool.to_owned()),
+                input_preview: Some(input_preview(input)),
+                input_sha256: Some(input_sha256(input)),
+                decision: Some("observed"),
+                decided_by: Some("the agent CLI (no permission asked)".into()),
+                ..NewAudit::default()
+            })
+            .await
+    }
+
+    /// Run one hook, recording how it went; failures are shown and audited, never fatal.
+    pub async fn run_hook(&self, hook: &HookDef, payload: &Value) -> HookOutcome {
+        let mut names = self.names.clone();
+        names.tool = payload.get("tool_name").and_then(Value::as_str).map(str::to_owned);
+        let outcome = run_hook(hook, payload, &names, &self.cwd).await;
+        let ev = AgentEvent::HookRan {
+            hook: hook.command.clone(),
+            event: hook.event.as_str().into(),
+            outcome: outcome.label().into(),
+            message: outcome.message(),
+        };
+        let _ = self.writer.append(&self.subagent, vec![Decoded::top(ev)]).await;
+        if matches!(outcome, HookOutcome::Failed(_) | HookOutcome::Timeout) {
+            eprintln!(
+                "herd: WARN {} hook `{}` {}: {}",
+                hook.event.as_str(),
+                hook.command,
+                outcome.label(),
+                outcome.message().unwrap_or_default()
+            );
+            let _ = self
+                .writer
+                .audit(NewAudit {
+                    event_type: "hook_failed",
+                    severity: "warn",
+                    subagent_id: Some(self.subagent.to_string()),
+                    parent_session_id: Some(self.names.session_id.clone()),
+                    tool: names.tool,
+                    decided_by: Some(hook.command.clone()),
+                    details: Some(json!({"event": hook.event.as_str(), "outcome": outcome.label(), "message": outcome.message()})),
+                    ..NewAudit::default()
+                })
+                .await;
+        }
+        outcome
+    }
+
+    /// Run every hook of a lifecycle event (SubagentStart, SubagentStop, PostToolUse).
+    pub async fn fire(&self, event: HookEvent, subject: &str, payload: Value) {
+        for hook in self.hooks(event, subject) {
+            self.run_hook(&hook, &payload).await;
+        }
+    }
+
+    pub fn has_hooks(&self, event: HookEvent) -> bool {
+        self.perms.hooks.iter().any(|h| h.event == event)
+    }
+
+    pub fn names(&self) -> &HookEnv {
+        &self.names
+    }
+}
+
+/// Secrets granted to the run and still valid, as environment variables.
+pub(crate) fn granted_env(perms: &Permissions) -> BTreeMap<String, String> {
+    lock(&perms.grants)
+        .valid_secrets(now())
+        .into_iter()
+        .map(|(name, secret)| (name, secret.expose().to_owned()))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests;

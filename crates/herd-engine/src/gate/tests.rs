@@ -1,0 +1,191 @@
+//! The gate's pipeline on a real store, without an agent: rules, inherited layers, auto-approve
+//! windows and grants under a paused clock, and what the audit log keeps.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use herd_backends::{PermissionAnswer, RunSpec};
+use herd_core::SubagentId;
+use herd_core::permission::{AutoApproveConfig, GrantKind, Grants, Policy, Rule, Secret};
+use herd_store::{AuditFilter, StatePaths, Store, Writer};
+use serde_json::json;
+
+use super::*;
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    store: Arc<Mutex<Store>>,
+    writer: Writer,
+    id: SubagentId,
+}
+
+fn fixture() -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = StatePaths::new(dir.path().join(".herd"));
+    let mut store = Store::open(paths.clone()).unwrap();
+    store.create_session("s1", "test", dir.path()).unwrap();
+    let id = SubagentId::generate();
+    store
+        .create_subagent(&herd_store::NewSubagent {
+            id: id.clone(),
+            parent_session_id: "s1".into(),
+            name: "t".into(),
+            cli: "claude".into(),
+            prompt: "p".into(),
+            model: None,
+            working_directory: "/tmp".into(),
+            max_turns: None,
+            timeout_ms: None,
+            spec: json!({}),
+            owner_pid: std::process::id(),
+            owner_start_time: None,
+        })
+        .unwrap();
+    let writer = Writer::start(&paths).unwrap();
+    Fixture { _dir: dir, store: Arc::new(Mutex::new(store)), writer, id }
+}
+
+fn gate(f: &Fixture, perms: Permissions, inherited: &[Policy], spec: &RunSpec) -> Arc<Gate> {
+    Arc::new(Gate::new(
+        perms,
+        inherited,
+        spec,
+        f.writer.handle(),
+        f.store.clone(),
+        f.id.clone(),
+        HookEnv::default(),
+        std::env::temp_dir(),
+    ))
+}
+
+fn bash(cmd: &str) -> ToolRequest {
+    ToolRequest {
+        request_id: format!("req-{cmd}"),
+        tool: "Bash".into(),
+        input: json!({"command": cmd}),
+        tool_use_id: None,
+        agent_id: None,
+    }
+}
+
+async fn decide(g: &Arc<Gate>, req: ToolRequest) -> bool {
+    match g.clone().decide(req).await.1 {
+        PermissionAnswer::Allow { input } => {
+            assert!(input.is_object(), "allow always carries the input");
+            true
+        }
+        PermissionAnswer::Deny { message } => {
+            eprintln!("denied: {message}");
+            false
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn rules_layers_and_auto_approve_windows() {
+    let f = fixture();
+    let spec = RunSpec {
+        tools: Some(vec!["Bash".into()]),
+        allow: vec!["Bash(echo *)".into()],
+        deny: vec!["Bash(rm *)".into()],
+        ..RunSpec::default()
+    };
+    let cfg = AutoApproveConfig { bash_per_minute: 1, ..AutoApproveConfig::default() };
+    let perms = Permissions { auto_approve: Some(cfg), ..Permissions::default() };
+    // The parent herd denies curl: its child can only narrow.
+    // (A parent that is silent about a call would make it undecided here: children narrow.)
+    let parent = Policy {
+        allow: vec![Rule::parse("Bash").unwrap()],
+        deny: vec![Rule::parse("Bash(curl *)").unwrap()],
+        ..Policy::default()
+    };
+    let g = gate(&f, perms, &[parent], &spec);
+
+    assert!(decide(&g, bash("echo hi")).await, "allow rule");
+    assert!(!decide(&g, bash("rm -rf /")).await, "deny rule");
+    assert!(!decide(&g, bash("curl example.com")).await, "the parent's deny holds");
+    assert!(decide(&g, bash("touch a")).await, "auto-approved");
+    assert!(!decide(&g, bash("touch b")).await, "over bash_per_minute");
+    tokio::time::advance(Duration::from_secs(61)).await;
+    assert!(decide(&g, bash("touch c")).await, "a new window");
+
+    f.writer.handle().flush().await.unwrap();
+    let rows = f.store.lock().unwrap().audit(&AuditFilter::default()).unwrap();
+    let types: Vec<&str> = rows.iter().map(|r| r.event_type.as_str()).collect();
+    assert_eq!(
+        types,
+        [
+            "permission_decision",
+            "permission_decision",
+            "permission_decision",
+            "auto_approve_tool_call",
+            "rate_limit_exceeded",
+            "auto_approve_tool_call"
+        ]
+    );
+    assert!(rows[2].decided_by.as_deref().unwrap().contains("curl"));
+    assert!(rows.iter().all(|r| r.input_sha256.as_deref().is_some_and(|h| h.len() == 64)));
+    assert_eq!(rows[4].rate_limit_state.as_ref().unwrap()["bash_calls_remaining"], 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn revoked_or_undecided_calls_ask_and_expire() {
+    let f = fixture();
+    let spec = RunSpec { tools: Some(vec!["Bash".into()]), ..RunSpec::default() };
+    let perms = Permissions {
+        auto_approve: Some(AutoApproveConfig::default()),
+        ask_timeout: Duration::from_secs(5),
+        ..Permissions::default()
+    };
+    let g = gate(&f, perms, &[], &spec);
+    assert!(decide(&g, bash("touch a")).await);
+    assert!(g.revoke("seen something odd").await);
+    assert!(!g.revoke("again").await, "revoking twice is one revocation");
+    let started = tokio::time::Instant::now();
+    assert!(!decide(&g, bash("touch b")).await, "asked, nobody answered");
+    assert!(started.elapsed() >= Duration::from_secs(5));
+    let rows = f.store.lock().unwrap().audit(&AuditFilter::default()).unwrap();
+    let last = rows.last().unwrap();
+    assert_eq!(last.decision.as_deref(), Some("deny"));
+    assert!(last.decided_by.as_deref().unwrap().contains("nobody answered within 5s"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn grants_expire_with_the_clock_and_secrets_are_never_summarised() {
+    let mut grants = Grants::default();
+    let t0 = tokio::time::Instant::now().into_std();
+    let secret = Secret::from("s3cret-value".to_owned());
+    grants.add(
+        GrantKind::Secret { name: "TOKEN".into(), value: secret },
+        Duration::from_secs(10),
+        t0,
+    );
+    grants.add(GrantKind::Tool { name: "write".into() }, Duration::from_secs(30), t0);
+    let perms = Permissions { grants: Arc::new(Mutex::new(grants)), ..Permissions::default() };
+    assert_eq!(granted_env(&perms).get("TOKEN").map(String::as_str), Some("s3cret-value"));
+    let summary = perms.summary(&RunSpec::default()).to_string();
+    assert!(summary.contains("TOKEN") && !summary.contains("s3cret"), "{summary}");
+
+    // A tool outside `tools` is allowed while its grant is valid.
+    let f = fixture();
+    let spec = RunSpec {
+        tools: Some(vec!["Bash".into()]),
+        allow: vec!["Write".into()],
+        ..RunSpec::default()
+    };
+    let g = gate(&f, perms.clone(), &[], &spec);
+    let write = ToolRequest {
+        request_id: "w".into(),
+        tool: "Write".into(),
+        input: json!({"file_path": "/tmp/x", "content": ""}),
+        tool_use_id: None,
+        agent_id: None,
+    };
+    assert!(decide(&g, write.clone()).await, "granted tool");
+
+    tokio::time::advance(Duration::from_secs(11)).await;
+    assert!(granted_env(&perms).is_empty(), "the secret expired");
+    assert!(decide(&g, write.clone()).await, "the tool grant still holds");
+    tokio::time::advance(Duration::from_secs(20)).await;
+    assert!(!decide(&g, write).await, "the tool grant expired: not in tools");
+}
