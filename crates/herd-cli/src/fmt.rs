@@ -60,6 +60,16 @@ pub fn event_summary(ev: &AgentEvent) -> String {
             format!("result cut to {limit_bytes} of {total_bytes} bytes")
         }
         E::LeftoversKilled { count } => format!("{count} leftover process(es) killed"),
+        E::WorktreeCreated { path, branch, base } => format!("{branch} at {path} from {base}"),
+        E::LockWaiting { path, mode, holders } => {
+            format!("{mode} lock on {path} waits for {}", holders.join(", "))
+        }
+        E::LockAcquired { path, mode } => format!("{mode} lock on {path}"),
+        E::SubagentWaitingForMerge { branch, head, .. } => format!("{branch} at {head}"),
+        E::WorktreeMerged { branch, into, commit } => format!("{branch} into {into} ({commit})"),
+        E::MergeConflict { branch, into, files, .. } => {
+            format!("{branch} into {into}: {}", files.join(", "))
+        }
         E::Init { native_session_id, model, .. } => format!(
             "session {} model {}",
             native_session_id.as_deref().unwrap_or("-"),

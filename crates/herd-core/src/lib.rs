@@ -8,6 +8,7 @@ pub mod id;
 pub mod plan;
 pub mod scheduler;
 pub mod status;
+pub mod workspace;
 
 pub use event::{
     AgentEvent, Decoded, PermissionDenial, ResultInfo, ResultKind, Usage, truncate_str,

@@ -8,6 +8,7 @@ pub mod plan;
 pub mod procfs;
 mod run;
 mod supervisor;
+pub mod workspace;
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -34,6 +35,9 @@ pub enum EngineError {
          (a subagent may not spawn more unless its contract allows: HERD_MAX_DEPTH)"
     )]
     DepthExceeded { depth: u32, max: u32 },
+    /// A workspace could not be prepared (not a git repository, bad base, root inside the repo).
+    #[error("{0}")]
+    Workspace(String),
 }
 
 /// Tunables, with the defaults of DESIGN §4.
@@ -146,6 +150,8 @@ pub fn sweep_orphans(store: &mut Store) -> Result<Vec<SubagentId>, StoreError> {
             Err(e) => return Err(e),
         }
     }
+    // Locks whose holder ended or whose owner died are free again.
+    store.reclaim_locks(&|pid, start| procfs::is_same_process(pid, start))?;
     for plan in store.active_orchestrations()? {
         if !plan.owner_pid.is_some_and(|p| procfs::is_same_process(p, plan.owner_start_time)) {
             store.fail_orphaned_orchestration(&plan.id)?;

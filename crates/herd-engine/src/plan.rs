@@ -10,6 +10,7 @@ use herd_backends::{BackendKind, RunSpec};
 use herd_core::context::{Part, assemble, fair_share};
 use herd_core::plan::{Plan, Step, parse_duration};
 use herd_core::scheduler::{Action, Scheduler};
+use herd_core::workspace::{LockMode, WorkspaceMode, merge_order};
 use herd_core::{Status, SubagentId, Usage};
 use herd_store::{NewOrchestration, NewStep, StepChange};
 use serde::Serialize;
@@ -17,6 +18,7 @@ use serde_json::json;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 
+use crate::workspace::{IsolatedSpec, IsolationPlan, WorkspaceReq};
 use crate::{Engine, EngineError, StopLevel, TaskReport, TaskRequest, procfs};
 
 /// All dependencies' results together are capped at this many bytes in a step's prompt.
@@ -40,6 +42,8 @@ pub struct PlanOptions {
     pub summary_cap: usize,
     /// What agent definitions add to their steps, by step id.
     pub overlays: HashMap<String, StepOverlay>,
+    /// Merge isolated steps into this branch (overrides the plan's `into`).
+    pub into: Option<String>,
 }
 
 /// What a step's agent definition adds beyond plan fields.
@@ -71,6 +75,8 @@ pub struct PlanReport {
     pub steps: Vec<StepOutcome>,
     pub cost_usd: f64,
     pub usage: Usage,
+    /// Where isolated steps were merged, when the plan has any.
+    pub integration_branch: Option<String>,
 }
 
 /// Live updates for a progress display.
@@ -135,7 +141,58 @@ fn step_request(
             .or(plan_timeout)
             .unwrap_or(DEFAULT_TIMEOUT),
         max_output_bytes: None,
+        workspace: match step.workspace() {
+            WorkspaceMode::Shared => {
+                WorkspaceReq::Shared { lock: None, wait: f.wait.unwrap_or(false) }
+            }
+            // Isolated steps get their worktree when they start (see `drive`).
+            WorkspaceMode::Locked | WorkspaceMode::Isolated => WorkspaceReq::Shared {
+                lock: Some(f.lock.unwrap_or(LockMode::Exclusive)),
+                wait: f.wait.unwrap_or(false),
+            },
+        },
+        plan_step: None,
     }
+}
+
+/// Each isolated step's explicit `base`: (commit, as written), by step index.
+type Bases = HashMap<usize, (String, String)>;
+/// A plan's isolation and its steps' bases.
+type Isolation = (IsolationPlan, Bases);
+
+/// The worktree of `step`'s `attempt`: from its own `base`, else from the integration branch
+/// when it depends on isolated steps (so it sees their merged work), else from the plan's base.
+fn isolated_spec(
+    iso: &IsolationPlan,
+    bases: &Bases,
+    plan: &Plan,
+    step: usize,
+    attempt: u32,
+    isolated: &[bool],
+    req: &TaskRequest,
+) -> Result<IsolatedSpec, EngineError> {
+    let s = &plan.steps[step];
+    let base = match bases.get(&step) {
+        Some(b) => b.clone(),
+        None if s.deps.iter().any(|&d| isolated[d]) => {
+            let tip = iso.tip().map_err(|e| EngineError::Workspace(e.to_string()))?;
+            (tip, iso.integration_branch.clone())
+        }
+        None => (iso.base.clone(), "HEAD".into()),
+    };
+    // A retry gets a fresh worktree and branch; the failed attempt's stay for a person.
+    let name = if attempt > 1 { format!("{}-attempt{attempt}", s.id) } else { s.id.clone() };
+    let prompt = s.fields.prompt.as_deref().unwrap_or("");
+    let mut spec = iso.spec(
+        &name,
+        base,
+        s.fields.setup.clone(),
+        s.fields.auto_commit.unwrap_or(true),
+        prompt,
+        req.timeout,
+    );
+    spec.step = s.id.clone();
+    Ok(spec)
 }
 
 /// The seed-003 delegation contract of a step.
@@ -190,6 +247,7 @@ impl Engine {
                  (raise limits.max_queue)"
             )));
         }
+        let iso = self.plan_isolation(plan, &opts, &plan_id).await?;
         let new_steps: Vec<NewStep> = (0..n)
             .map(|i| {
                 let s = &plan.steps[i];
@@ -233,11 +291,60 @@ impl Engine {
                 &mut running,
                 &mut stop,
                 updates.as_ref(),
+                iso.as_ref(),
             )
             .await;
         // On an error, stop what still runs before reporting it.
         running.shutdown().await;
+        if let Some((iso, _)) = &iso {
+            self.close_isolation(iso).await?;
+        }
         outcome
+    }
+
+    /// For a plan with isolated steps: the repository (one for all of them), the integration
+    /// worktree, and each step's explicit `base` resolved to a commit — all before any step
+    /// starts, so a bad ref or a directory outside git fails the plan at once.
+    async fn plan_isolation(
+        &self,
+        plan: &Plan,
+        opts: &PlanOptions,
+        plan_id: &str,
+    ) -> Result<Option<Isolation>, EngineError> {
+        let isolated: Vec<usize> = (0..plan.steps.len())
+            .filter(|&i| plan.steps[i].workspace() == WorkspaceMode::Isolated)
+            .collect();
+        let Some(&first) = isolated.first() else { return Ok(None) };
+        let cwd = |i: usize| step_request(&plan.steps[i], String::new(), opts, None).cwd;
+        let into = opts.into.as_deref().or(plan.into.as_deref());
+        let root = plan.worktree_root.as_deref();
+        let iso = self.open_isolation(&cwd(first), plan_id, root, into).await?;
+        let mut bases = HashMap::new();
+        let checked = (|| {
+            for &i in &isolated {
+                let s = &plan.steps[i];
+                let top =
+                    crate::workspace::Git::new(cwd(i)).toplevel().map_err(|e| e.to_string())?;
+                if crate::workspace::absolute(&top) != iso.repo {
+                    return Err(format!(
+                        "step {}: its directory is in the repository {}, not {}; isolated steps                          of one plan share one repository",
+                        s.id,
+                        top.display(),
+                        iso.repo.display()
+                    ));
+                }
+                if let Some(b) = &s.fields.base {
+                    let c = iso.resolve_base(b).map_err(|e| format!("step {}: base: {e}", s.id))?;
+                    bases.insert(i, (c, b.clone()));
+                }
+            }
+            Ok(())
+        })();
+        if let Err(e) = checked {
+            self.close_isolation(&iso).await?;
+            return Err(EngineError::Workspace(e));
+        }
+        Ok(Some((iso, bases)))
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -251,8 +358,22 @@ impl Engine {
         running: &mut JoinSet<Done>,
         stop: &mut watch::Receiver<StopLevel>,
         updates: Option<&mpsc::UnboundedSender<PlanUpdate>>,
+        iso: Option<&Isolation>,
     ) -> Result<PlanReport, EngineError> {
         let plan_id = plan_id.to_owned();
+        let isolated: Vec<bool> =
+            plan.steps.iter().map(|s| s.workspace() == WorkspaceMode::Isolated).collect();
+        // The merge gate: isolated steps merge in plan order (dependencies first), each once
+        // every isolated step before it has merged or failed.
+        let merge_seq: Vec<usize> =
+            merge_order(&plan.steps.iter().map(|s| s.deps.clone()).collect::<Vec<_>>())
+                .into_iter()
+                .filter(|&i| isolated[i])
+                .collect();
+        let mut cursor = 0usize;
+        let mut specs: Vec<Option<IsolatedSpec>> = vec![None; plan.steps.len()];
+        let mut awaiting: Vec<Option<(SubagentId, String)>> = vec![None; plan.steps.len()];
+        let mut resolved = vec![false; plan.steps.len()];
         let n = plan.steps.len();
         let mut results: HashMap<usize, String> = HashMap::new();
         let deps: Vec<Vec<usize>> = plan.steps.iter().map(|s| s.deps.clone()).collect();
@@ -286,7 +407,15 @@ impl Engine {
                     Action::Start { step, attempt } => {
                         let s = &plan.steps[step];
                         let prompt = self.step_prompt(plan, step, &results, opts.summary_cap);
-                        let req = step_request(s, prompt, opts, plan_timeout);
+                        let mut req = step_request(s, prompt, opts, plan_timeout);
+                        req.plan_step = Some((plan_id.clone(), s.id.clone()));
+                        if let Some((iso, bases)) = iso.filter(|_| isolated[step]) {
+                            let spec =
+                                isolated_spec(iso, bases, plan, step, attempt, &isolated, &req)?;
+                            req.cwd = iso.cwd_in(&spec, &req.cwd);
+                            req.workspace = WorkspaceReq::Isolated(Box::new(spec.clone()));
+                            specs[step] = Some(spec);
+                        }
                         let id = SubagentId::generate();
                         self.create_run(&id, &req).await?;
                         self.set_step(
@@ -319,6 +448,7 @@ impl Engine {
                             .await?;
                         outcomes[step].status = "failed".into();
                         outcomes[step].failure_reason = Some(reason.clone());
+                        resolved[step] = true;
                         send(PlanUpdate::Finished {
                             step: plan.steps[step].id.clone(),
                             status: "failed".into(),
@@ -332,9 +462,43 @@ impl Engine {
                             .await?;
                         outcomes[step].status = "cancelled".into();
                         outcomes[step].failure_reason = Some(why.into());
+                        resolved[step] = true;
                     }
                     Action::Finished { .. } => {}
                 }
+            }
+            // Merge what waits, in order, as far as the order allows.
+            while let Some((iso_plan, _)) = iso
+                && let Some(&s) = merge_seq.get(cursor)
+            {
+                if let Some((id, result)) = awaiting[s].take() {
+                    let spec = specs[s].as_ref().ok_or_else(|| {
+                        EngineError::Task(format!("step {} has no worktree", plan.steps[s].id))
+                    })?;
+                    let (status, failure) = self.merge_and_close(&id, spec, iso_plan).await?;
+                    let ok = status == Status::Completed;
+                    if ok {
+                        results.insert(s, result);
+                    }
+                    actions.extend(if ok {
+                        sched.on_finished(s, true)
+                    } else {
+                        sched.on_failed_final(s)
+                    });
+                    let (key, status) = (plan.steps[s].id.clone(), status.to_string());
+                    let reason = failure.as_ref().map(ToString::to_string);
+                    self.set_step(&plan_id, &key, &status, None, reason.clone(), None).await?;
+                    outcomes[s].status = status.clone();
+                    outcomes[s].failure_reason = reason.clone();
+                    send(PlanUpdate::Finished { step: key, status, reason });
+                    resolved[s] = true;
+                } else if !resolved[s] {
+                    break;
+                }
+                cursor += 1;
+            }
+            if !actions.is_empty() {
+                continue;
             }
             let failed = outcomes.iter().filter(|o| o.status == "failed").count();
             let done = outcomes
@@ -372,8 +536,12 @@ impl Engine {
                     if ok {
                         results.insert(step, report.result.clone().unwrap_or_default());
                     }
-                    // A cancelled run is not retried; otherwise the scheduler decides.
-                    actions = if report.status == Status::Cancelled {
+                    // An isolated success waits for its turn to merge (above); it is neither
+                    // done for the scheduler nor retried until then.
+                    actions = if report.status == Status::WaitingForMerge {
+                        awaiting[step] = Some((report.id.clone(), report.result.clone().unwrap_or_default()));
+                        Vec::new()
+                    } else if report.status == Status::Cancelled {
                         // The whole plan is being stopped (the run saw it first): skip what is
                         // pending before this step's failure could cascade as dependency_failed.
                         let mut a = Vec::new();
@@ -389,7 +557,8 @@ impl Engine {
                     let retrying = actions
                         .iter()
                         .any(|a| matches!(a, Action::Start { step: s, .. } if *s == step));
-                    if !retrying {
+                    if !retrying && report.status != Status::WaitingForMerge {
+                        resolved[step] = true;
                         let status = report.status.to_string();
                         let reason = report.failure.as_ref().map(ToString::to_string);
                         self.set_step(&plan_id, &key, &status, None, reason.clone(), None).await?;
@@ -426,10 +595,11 @@ impl Engine {
             steps: outcomes,
             cost_usd: cost,
             usage,
+            integration_branch: iso.map(|(i, _)| i.integration_branch.clone()),
         })
     }
 
-    async fn set_step(
+    pub(crate) async fn set_step(
         &self,
         orch: &str,
         key: &str,

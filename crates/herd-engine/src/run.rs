@@ -15,6 +15,7 @@ use tokio::time::{Instant as TInstant, sleep_until};
 
 use crate::lines::{LineSplitter, Piece};
 use crate::supervisor::{Child, child_env};
+use crate::workspace::{IsolatedSpec, WorkspaceReq};
 use crate::{Engine, EngineError, guard::GuardMsg, procfs};
 
 /// A task to run as one subagent.
@@ -29,6 +30,10 @@ pub struct TaskRequest {
     pub timeout: Duration,
     /// Cut the result text to this many bytes (the transcript keeps everything).
     pub max_output_bytes: Option<u64>,
+    /// Where the agent works: the directory as is (optionally locked) or an isolated worktree.
+    pub workspace: WorkspaceReq,
+    /// The plan run and step key this task is, to mark the step `blocked` while it waits.
+    pub plan_step: Option<(String, String)>,
 }
 
 /// How hard a caller wants a run stopped.
@@ -157,6 +162,9 @@ impl Engine {
         let env = child_env(std::env::vars(), backend.env_prefixes(), &explicit);
         let mut run = RunState::new(self, &id, backend, &req, progress)?;
         let started = Instant::now();
+        if let Some((status, failure)) = self.prepare_workspace(&id, &req, &stop).await? {
+            return run.finish(status, failure, started, &[]).await;
+        }
 
         let path_var = env.iter().find(|(k, _)| k == "PATH").map(|(_, v)| v.as_str());
         let override_bin = backend.program_override_var().and_then(|v| std::env::var(v).ok());
@@ -235,6 +243,8 @@ struct RunState<'e> {
     result_before_stop: bool,
     ladder: Ladder,
     ladder_deadline: Option<TInstant>,
+    /// An isolated run: on success its work is committed and waits for the merge.
+    gate: Option<IsolatedSpec>,
 }
 
 impl<'e> RunState<'e> {
@@ -263,6 +273,10 @@ impl<'e> RunState<'e> {
             result_before_stop: false,
             ladder: Ladder::Idle,
             ladder_deadline: None,
+            gate: match &req.workspace {
+                WorkspaceReq::Isolated(spec) => Some((**spec).clone()),
+                WorkspaceReq::Shared { .. } => None,
+            },
         })
     }
 
@@ -551,6 +565,44 @@ impl<'e> RunState<'e> {
         }
     }
 
+    /// An isolated run that succeeded commits its work (auto_commit) and waits for the merge;
+    /// one that did not keeps its worktree and branch for a person. Other runs pass through.
+    async fn gate_outcome(
+        &self,
+        status: Status,
+        failure: Option<FailureReason>,
+    ) -> Result<(Status, Option<FailureReason>, Option<AgentEvent>), EngineError> {
+        let Some(spec) = self.gate.clone() else { return Ok((status, failure, None)) };
+        let store_status = |s: &str, head: Option<&str>| {
+            self.engine.store().set_worktree_status(&spec.worktree_id, s, head, None)
+        };
+        if status != Status::Completed {
+            // A worktree never created has its record marked already.
+            let _ = store_status("failed", None);
+            return Ok((status, failure, None));
+        }
+        let s = spec.clone();
+        let done = tokio::task::spawn_blocking(move || crate::workspace::finish_branch(&s))
+            .await
+            .map_err(|e| EngineError::Task(e.to_string()))?;
+        match done {
+            Ok((head, auto_committed)) => {
+                store_status("waiting_for_merge", Some(&head))?;
+                let ev = AgentEvent::SubagentWaitingForMerge {
+                    branch: spec.branch,
+                    head,
+                    auto_committed,
+                };
+                Ok((Status::WaitingForMerge, None, Some(ev)))
+            }
+            Err(e) => {
+                store_status("failed", None)?;
+                let message = format!("auto-commit in {}: {e}", spec.path.display());
+                Ok((Status::Failed, Some(FailureReason::Workspace { message }), None))
+            }
+        }
+    }
+
     /// Record the end: row, closing events, meta file.
     async fn finish(
         mut self,
@@ -561,6 +613,7 @@ impl<'e> RunState<'e> {
     ) -> Result<TaskReport, EngineError> {
         let obs = std::mem::take(&mut self.obs);
         let mut events = Vec::new();
+        let (status, failure, waiting) = self.gate_outcome(status, failure).await?;
         if obs.leftovers > 0 {
             events.push(AgentEvent::LeftoversKilled { count: obs.leftovers });
         }
@@ -587,6 +640,9 @@ impl<'e> RunState<'e> {
             _ => text,
         });
         let status_ev = match (status, &failure) {
+            (Status::WaitingForMerge, _) => {
+                waiting.clone().unwrap_or(AgentEvent::SubagentCompleted)
+            }
             (Status::Completed, _) => AgentEvent::SubagentCompleted,
             (Status::Cancelled, _) => AgentEvent::SubagentCancelled { reason: "cancelled".into() },
             (_, f) => AgentEvent::SubagentFailed {
@@ -595,10 +651,14 @@ impl<'e> RunState<'e> {
         };
         events.push(status_ev);
         let close_reason = failure.as_ref().map_or(status.to_string(), |f| f.code().to_owned());
-        events.push(AgentEvent::SubagentClosed {
-            final_status: status.to_string(),
-            close_reason: close_reason.clone(),
-        });
+        // A run waiting for its merge is closed by the merge, not here.
+        let closing = status != Status::WaitingForMerge;
+        if closing {
+            events.push(AgentEvent::SubagentClosed {
+                final_status: status.to_string(),
+                close_reason: close_reason.clone(),
+            });
+        }
         let r = obs.result.as_ref();
         let usage = r.map_or(self.decoder.usage(), |r| r.usage);
         let num_turns = r.and_then(|r| r.num_turns).or(Some(self.decoder.turns()));
@@ -619,14 +679,16 @@ impl<'e> RunState<'e> {
                     usage: Some(usage),
                     cost_usd: r.and_then(|r| r.cost_usd),
                     completed_at: Some(now),
-                    closed_at: Some(now),
-                    close_reason: Some(close_reason.clone()),
+                    closed_at: closing.then_some(now),
+                    close_reason: closing.then(|| close_reason.clone()),
                     events,
                     ..Update::default()
                 },
             )
             .await?;
         self.transcript.flush()?;
+        // The process is gone: whatever lock it held is free.
+        self.engine.store().release_locks(self.id.as_str())?;
         Meta {
             id: self.id.to_string(),
             cli: self.backend.kind().to_string(),

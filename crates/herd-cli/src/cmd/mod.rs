@@ -9,6 +9,7 @@ mod plan;
 mod select;
 mod signals;
 mod task;
+mod worktrees;
 
 use crate::cli::{Cli, Command};
 use crate::state;
@@ -24,6 +25,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Cancel(args) => cancel::run(paths, args),
         Command::Doctor(args) => doctor::run(paths, args),
         Command::Agents(cmd) => agents::run(cmd),
+        Command::Worktrees(cmd) => worktrees::run(paths, cmd),
     }
 }
 

@@ -138,6 +138,7 @@ async fn run_async(
         source_file: Some(file),
         summary_cap: DEFAULT_SUMMARY_CAP,
         overlays,
+        into: a.into.clone(),
     };
     let report = engine.run_plan(&plan, opts, stop_rx, Some(tx)).await;
     let _ = display.await;
@@ -224,6 +225,7 @@ fn print(r: &PlanReport, json_out: bool) -> anyhow::Result<()> {
             .collect();
         let v = json!({
             "id": r.id, "status": r.status, "steps": steps, "cost_usd": r.cost_usd,
+            "integration_branch": r.integration_branch,
             "usage": {"input_tokens": r.usage.input_tokens, "output_tokens": r.usage.output_tokens},
         });
         writeln!(out, "{v}")?;
@@ -247,6 +249,9 @@ fn print(r: &PlanReport, json_out: bool) -> anyhow::Result<()> {
         )?;
     }
     let done = r.steps.iter().filter(|s| s.status == "completed").count();
+    if let Some(b) = &r.integration_branch {
+        writeln!(out, "isolated steps merged into {b}")?;
+    }
     writeln!(
         out,
         "plan {} {}: {done}/{} steps completed, {} tokens, {}",

@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use anyhow::Context;
 use herd_backends::{BackendKind, RunSpec};
+use herd_core::workspace::{LockMode, WorkspaceMode};
 use herd_core::{FailureReason, Status, SubagentId};
+use herd_engine::workspace::{IsolatedSpec, IsolationPlan, WorkspaceReq};
 use herd_engine::{Engine, GuardCommand, Progress, StopLevel, TaskReport, TaskRequest};
 use herd_store::StatePaths;
 use serde_json::json;
@@ -33,6 +35,7 @@ pub fn run(paths: StatePaths, mut args: TaskArgs) -> anyhow::Result<u8> {
     }
     let flags = select::Flags { timeout: args.timeout.is_some() };
     let inputs = std::mem::take(&mut args.input);
+    let isolate = isolation(&args)?;
     let mut req = request(args)?;
     if let Some(f) = &agent {
         select::apply_agent(&mut req, f, &inputs, &root, &flags)?;
@@ -42,7 +45,51 @@ pub fn run(paths: StatePaths, mut args: TaskArgs) -> anyhow::Result<u8> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    rt.block_on(run_async(paths, req, json_out, resume))
+    rt.block_on(run_async(paths, req, json_out, resume, isolate))
+}
+
+/// `--workspace isolated` and its options.
+struct Isolate {
+    into: Option<String>,
+    base: Option<String>,
+    setup: Option<String>,
+    auto_commit: bool,
+}
+
+/// Check the workspace flags together: each names the mode it belongs to.
+fn isolation(a: &TaskArgs) -> anyhow::Result<Option<Isolate>> {
+    let usage = |m: &str| anyhow::Error::new(UsageError(m.to_owned()));
+    let mode: WorkspaceMode = match (a.workspace.as_deref(), a.lock.is_some()) {
+        (Some(m), _) => m.parse().map_err(|e: String| usage(&e))?,
+        (None, true) => WorkspaceMode::Locked,
+        (None, false) => WorkspaceMode::Shared,
+    };
+    if a.lock.is_some() && mode != WorkspaceMode::Locked {
+        return Err(usage("--lock is for --workspace locked"));
+    }
+    let isolated_only =
+        a.into.is_some() || a.base.is_some() || a.setup.is_some() || a.no_auto_commit;
+    if isolated_only && mode != WorkspaceMode::Isolated {
+        return Err(usage(
+            "--into, --base, --setup and --no-auto-commit are for --workspace isolated",
+        ));
+    }
+    if a.wait && mode == WorkspaceMode::Isolated {
+        return Err(usage(
+            "--wait is for a shared or locked workspace (an isolated one has its own)",
+        ));
+    }
+    if a.resume.is_some() && mode == WorkspaceMode::Isolated {
+        return Err(usage(
+            "--resume continues in the earlier run's directory; it cannot be isolated",
+        ));
+    }
+    Ok((mode == WorkspaceMode::Isolated).then(|| Isolate {
+        into: a.into.clone(),
+        base: a.base.clone(),
+        setup: a.setup.clone(),
+        auto_commit: !a.no_auto_commit,
+    }))
 }
 
 const DEFAULT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30 * 60);
@@ -97,6 +144,15 @@ fn request(a: TaskArgs) -> anyhow::Result<TaskRequest> {
         env: a.env,
         timeout: a.timeout.unwrap_or(DEFAULT_TIMEOUT),
         max_output_bytes: a.max_output_kb.map(|kb| kb * 1024),
+        workspace: WorkspaceReq::Shared {
+            lock: match (a.workspace.as_deref(), a.lock.as_deref()) {
+                (_, Some(l)) => Some(l.parse::<LockMode>().map_err(usage)?),
+                (Some("locked"), None) => Some(LockMode::Exclusive),
+                _ => None,
+            },
+            wait: a.wait,
+        },
+        plan_step: None,
     })
 }
 
@@ -170,6 +226,7 @@ async fn run_async(
     mut req: TaskRequest,
     json_out: bool,
     resume: Option<Resume>,
+    isolate: Option<Isolate>,
 ) -> anyhow::Result<u8> {
     let guard = GuardCommand::current_exe().context("cannot find the herd executable")?;
     let engine = Engine::open(paths, guard, "cli")?;
@@ -177,21 +234,62 @@ async fn run_async(
         apply_resume(&engine, &mut req, r)?;
     }
     let id = SubagentId::generate();
+    let iso = match &isolate {
+        Some(i) => Some(isolate_request(&engine, &id, &mut req, i).await?),
+        None => None,
+    };
     let (stop_tx, stop_rx) = watch::channel(StopLevel::None);
     tokio::spawn(super::signals::forward(stop_tx));
     let live = std::io::stderr().is_terminal();
     let (prog_tx, prog_rx) = watch::channel(Progress::default());
     let display = live.then(|| tokio::spawn(show_progress(id.clone(), req.backend, prog_rx)));
-    let report = engine.run(id, req, stop_rx, Some(prog_tx)).await;
+    let mut report = engine.run(id, req, stop_rx, Some(prog_tx)).await;
     if let Some(d) = display {
         d.abort();
         let _ = d.await;
         eprint!("\r\x1b[2K");
     }
+    if let Some((plan, spec)) = &iso {
+        if let Ok(r) = &mut report
+            && r.status == Status::WaitingForMerge
+        {
+            let (status, failure) = engine.merge_and_close(&r.id, spec, plan).await?;
+            r.status = status;
+            r.failure = failure;
+        }
+        engine.close_isolation(plan).await?;
+    }
     engine.shutdown().await?;
     let report = report?;
-    print_report(&report, json_out, live)?;
+    let ws = iso.as_ref().map(|(p, s)| (p.integration_branch.as_str(), s));
+    print_report(&report, json_out, live, ws)?;
     Ok(exit_code(&report))
+}
+
+/// Put an isolated task in its own worktree: `herd/<id>/task` from `--base` (or HEAD),
+/// merged into `--into` or `herd/<id>/integration`.
+async fn isolate_request(
+    engine: &Engine,
+    id: &SubagentId,
+    req: &mut TaskRequest,
+    i: &Isolate,
+) -> anyhow::Result<(IsolationPlan, IsolatedSpec)> {
+    let plan = engine.open_isolation(&req.cwd, id.as_str(), None, i.into.as_deref()).await?;
+    let base = match &i.base {
+        Some(b) => match plan.resolve_base(b) {
+            Ok(c) => (c, b.clone()),
+            Err(e) => {
+                engine.close_isolation(&plan).await?;
+                return Err(UsageError(format!("--base {b}: {e}")).into());
+            }
+        },
+        None => (plan.base.clone(), "HEAD".into()),
+    };
+    let spec =
+        plan.spec("task", base, i.setup.clone(), i.auto_commit, &req.spec.prompt, req.timeout);
+    req.cwd = plan.cwd_in(&spec, &req.cwd);
+    req.workspace = WorkspaceReq::Isolated(Box::new(spec.clone()));
+    Ok((plan, spec))
 }
 
 async fn show_progress(id: SubagentId, cli: BackendKind, rx: watch::Receiver<Progress>) {
@@ -223,10 +321,15 @@ async fn show_progress(id: SubagentId, cli: BackendKind, rx: watch::Receiver<Pro
     }
 }
 
-fn print_report(r: &TaskReport, json_out: bool, live: bool) -> anyhow::Result<()> {
+fn print_report(
+    r: &TaskReport,
+    json_out: bool,
+    live: bool,
+    ws: Option<(&str, &IsolatedSpec)>,
+) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     if json_out {
-        let v = json!({
+        let mut v = json!({
             "id": r.id,
             "status": r.status,
             "failure_reason": r.failure.as_ref().map(ToString::to_string),
@@ -237,6 +340,11 @@ fn print_report(r: &TaskReport, json_out: bool, live: bool) -> anyhow::Result<()
             "cost_usd": r.cost_usd,
             "duration_ms": r.duration_ms,
         });
+        if let Some((into, spec)) = ws {
+            v["integration_branch"] = json!(into);
+            v["branch"] = json!(spec.branch);
+            v["worktree"] = json!(spec.path);
+        }
         writeln!(out, "{v}")?;
     } else if let Some(text) = r.result.as_ref().filter(|t| !t.is_empty()) {
         writeln!(out, "{text}")?;
