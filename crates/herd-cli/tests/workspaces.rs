@@ -350,3 +350,137 @@ fn a_dead_holders_lock_is_reclaimed() {
     assert_eq!(code, 0, "{v}");
     assert_eq!(v["result"], "mine");
 }
+
+#[test]
+fn locked_plan_steps_take_turns_and_a_failing_setup_fails_its_step_with_the_output() {
+    let w = world_or_skip!();
+    let head = init_repo(&w);
+    // Two exclusive steps in parallel with wait: true run one after the other.
+    for s in ["lkp_a", "lkp_b"] {
+        bash_then_done(
+            s,
+            &format!("echo start-{s} >> order.log && sleep 1 && echo end-{s} >> order.log"),
+            Duration::ZERO,
+        );
+    }
+    let plan = "strategy: parallel\n\
+        defaults: {cli: claude, timeout: 60s, allow: [Bash]}\nsteps:\n\
+        \x20 - {id: a, prompt: \"SCENARIO=lkp_a go\", lock: exclusive, wait: true}\n\
+        \x20 - {id: b, prompt: \"SCENARIO=lkp_b go\", workspace: locked, wait: true}\n\
+        \x20 - {id: s, prompt: \"SCENARIO=lkp_never go\", workspace: isolated, setup: \"echo setup-said-no; exit 3\"}\n";
+    let plan_file = w.state.parent().unwrap().join("locked.yml");
+    std::fs::write(&plan_file, plan).unwrap();
+    let (code, v) = w.json(&["run", plan_file.to_str().unwrap(), "--json"]);
+    assert_eq!(code, 1, "{v}");
+    assert_eq!(step(&v, "a")["status"], "completed", "{v}");
+    assert_eq!(step(&v, "b")["status"], "completed", "{v}");
+    let log = std::fs::read_to_string(w.work.join("order.log")).unwrap();
+    let lines: Vec<&str> = log.lines().collect();
+    assert_eq!(lines.len(), 4, "{log}");
+    assert!(lines[0].starts_with("start-") && lines[1].starts_with("end-"), "interleaved: {log}");
+    assert_eq!(lines[0][6..], lines[1][4..], "interleaved: {log}");
+    // One of them waited, and was blocked meanwhile.
+    let waited: Vec<bool> = ["a", "b"]
+        .iter()
+        .map(|id| {
+            w.kinds(step(&v, id)["subagent_id"].as_str().unwrap())
+                .iter()
+                .any(|k| k == "lock_waiting")
+        })
+        .collect();
+    assert_eq!(waited.iter().filter(|x| **x).count(), 1, "{waited:?}");
+    // The setup failure is the step's reason, with the command's output; the agent never ran.
+    assert_eq!(step(&v, "s")["status"], "failed");
+    let reason = step(&v, "s")["failure_reason"].as_str().unwrap();
+    assert!(
+        reason.starts_with("workspace: setup `echo setup-said-no; exit 3` exited 3"),
+        "{reason}"
+    );
+    assert!(reason.contains("setup-said-no"), "{reason}");
+    assert!(MockServer::shared().requests_for("lkp_never").is_empty());
+    std::fs::remove_file(w.work.join("order.log")).unwrap();
+    assert_checkout_untouched(&w, &head);
+}
+
+#[test]
+fn an_isolated_task_merges_into_a_named_branch_and_cancel_can_clean_its_worktree() {
+    let w = world_or_skip!();
+    let head = init_repo(&w);
+    // The checked-out branch is refused as a target: herd never merges in the user's checkout.
+    let out = w.run(&[
+        "task",
+        "SCENARIO=iso_t go",
+        "--cli",
+        "claude",
+        "--workspace",
+        "isolated",
+        "--into",
+        "main",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("herd never merges in your checkout") && err.contains("main"), "{err}");
+    bash_then_done("iso_t", "echo T > t.txt", Duration::ZERO);
+    let (code, v) = w.json(&[
+        "task",
+        "SCENARIO=iso_t go",
+        "--cli",
+        "claude",
+        "--allow",
+        "Bash",
+        "--workspace",
+        "isolated",
+        "--into",
+        "feature/herd",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["status"], "completed");
+    assert_eq!(v["integration_branch"], "feature/herd");
+    assert_eq!(git(&w.work, &["show", "feature/herd:t.txt"]), "T\n");
+    assert_checkout_untouched(&w, &head);
+
+    // Cancel a run that left uncommitted work, then discard it: only its own worktree is reset.
+    MockServer::shared().script(
+        "iso_wip",
+        Script::new().tool_use(
+            "Bash",
+            json!({"command": "echo wip > wip.txt && sleep 7.71", "description": "wip"}),
+        ),
+    );
+    let child = w
+        .herd(&[
+            "task",
+            "SCENARIO=iso_wip go",
+            "--cli",
+            "claude",
+            "--allow",
+            "Bash",
+            "--workspace",
+            "isolated",
+            "--json",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(wait_until(Duration::from_secs(30), || !procs_with_cmdline("sleep 7.71").is_empty()));
+    let (_, ps) = w.json(&["ps", "--json"]);
+    let id = ps[0]["id"].as_str().unwrap().to_owned();
+    let wt = ps[0]["cwd"].as_str().unwrap().to_owned();
+    assert!(Path::new(&wt).join("wip.txt").exists());
+    let out = w.run(&["cancel", &id, "--cleanup-worktree"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = child.wait_with_output().unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["status"], "cancelled", "{v}");
+    assert!(!Path::new(&wt).join("wip.txt").exists());
+    assert!(Path::new(&wt).exists(), "the worktree itself stays");
+    // A run in the user's own directory is never cleaned.
+    MockServer::shared().script("iso_plain", Script::new().text("ok"));
+    let (_, plain) = w.json(&["task", "SCENARIO=iso_plain go", "--cli", "claude", "--json"]);
+    let out = w.run(&["cancel", plain["id"].as_str().unwrap(), "--cleanup-worktree"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a worktree herd created"));
+    assert_checkout_untouched(&w, &head);
+}
