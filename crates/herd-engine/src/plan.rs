@@ -77,6 +77,8 @@ pub struct PlanReport {
     pub usage: Usage,
     /// Where isolated steps were merged, when the plan has any.
     pub integration_branch: Option<String>,
+    /// Things that went wrong without failing the plan (a worktree left behind).
+    pub warnings: Vec<String>,
 }
 
 /// Live updates for a progress display.
@@ -296,8 +298,12 @@ impl Engine {
             .await;
         // On an error, stop what still runs before reporting it.
         running.shutdown().await;
-        if let Some((iso, _)) = &iso {
-            self.close_isolation(iso).await?;
+        let mut outcome = outcome;
+        if let Some((iso, _)) = &iso
+            && let Some(w) = self.close_isolation(iso).await?
+            && let Ok(r) = &mut outcome
+        {
+            r.warnings.push(w);
         }
         outcome
     }
@@ -341,7 +347,7 @@ impl Engine {
             Ok(())
         })();
         if let Err(e) = checked {
-            self.close_isolation(&iso).await?;
+            let _ = self.close_isolation(&iso).await?;
             return Err(EngineError::Workspace(e));
         }
         Ok(Some((iso, bases)))
@@ -596,6 +602,7 @@ impl Engine {
             cost_usd: cost,
             usage,
             integration_branch: iso.map(|(i, _)| i.integration_branch.clone()),
+            warnings: Vec::new(),
         })
     }
 

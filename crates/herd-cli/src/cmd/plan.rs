@@ -110,7 +110,11 @@ fn dry_run(plan: &Plan, json_out: bool) -> anyhow::Result<u8> {
             .iter()
             .map(|&i| {
                 let s = &plan.steps[i];
-                format!("{} ({})", s.id, s.fields.cli.as_deref().unwrap_or("claude"))
+                let ws = match s.workspace() {
+                    herd_core::workspace::WorkspaceMode::Shared => String::new(),
+                    m => format!(", {m:?}").to_lowercase(),
+                };
+                format!("{} ({}{ws})", s.id, s.fields.cli.as_deref().unwrap_or("claude"))
             })
             .collect();
         writeln!(out, "  layer {}: {}", n + 1, names.join(", "))?;
@@ -147,6 +151,9 @@ async fn run_async(
         engine.shutdown().await?;
     }
     let report = report?;
+    for w in &report.warnings {
+        eprintln!("herd: {w}");
+    }
     print(&report, a.json)?;
     Ok(match report.status.as_str() {
         "completed" => exit::COMPLETED,

@@ -257,7 +257,9 @@ async fn run_async(
             r.status = status;
             r.failure = failure;
         }
-        engine.close_isolation(plan).await?;
+        if let Some(w) = engine.close_isolation(plan).await? {
+            eprintln!("herd: {w}");
+        }
     }
     engine.shutdown().await?;
     let report = report?;
@@ -279,7 +281,7 @@ async fn isolate_request(
         Some(b) => match plan.resolve_base(b) {
             Ok(c) => (c, b.clone()),
             Err(e) => {
-                engine.close_isolation(&plan).await?;
+                let _ = engine.close_isolation(&plan).await?;
                 return Err(UsageError(format!("--base {b}: {e}")).into());
             }
         },

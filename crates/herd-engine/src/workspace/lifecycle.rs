@@ -166,19 +166,23 @@ impl Engine {
     }
 
     /// Remove the integration worktree at the end of a run (its branch keeps every merge).
-    pub async fn close_isolation(&self, plan: &IsolationPlan) -> Result<(), EngineError> {
+    /// A worktree git would not remove is kept for `herd worktrees prune`; the returned
+    /// warning says why.
+    pub async fn close_isolation(
+        &self,
+        plan: &IsolationPlan,
+    ) -> Result<Option<String>, EngineError> {
         let (repo, path) = (plan.repo.clone(), plan.integration_path.clone());
         let removed =
             blocking(move || Git::new(&repo).run(&["worktree", "remove", &path.to_string_lossy()]))
                 .await?;
         match removed {
             Ok(_) => {
-                self.store().set_worktree_status(&plan.integration_id, "removed", None, None)?
+                self.store().set_worktree_status(&plan.integration_id, "removed", None, None)?;
+                Ok(None)
             }
-            // Left for `herd worktrees prune`; the branch has the work either way.
-            Err(e) => eprintln!("herd: the integration worktree was kept: {e}"),
+            Err(e) => Ok(Some(format!("the integration worktree was kept: {e}"))),
         }
-        Ok(())
     }
 
     /// Before the agent starts: take the directory lock (waiting if asked), or create and set
