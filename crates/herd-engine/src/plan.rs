@@ -333,7 +333,8 @@ impl Engine {
                     crate::workspace::Git::new(cwd(i)).toplevel().map_err(|e| e.to_string())?;
                 if crate::workspace::absolute(&top) != iso.repo {
                     return Err(format!(
-                        "step {}: its directory is in the repository {}, not {}; isolated steps                          of one plan share one repository",
+                        "step {}: its directory is in the repository {}, not {}; isolated steps \
+                         of one plan share one repository",
                         s.id,
                         top.display(),
                         iso.repo.display()
@@ -545,7 +546,8 @@ impl Engine {
                     // An isolated success waits for its turn to merge (above); it is neither
                     // done for the scheduler nor retried until then.
                     actions = if report.status == Status::WaitingForMerge {
-                        awaiting[step] = Some((report.id.clone(), report.result.clone().unwrap_or_default()));
+                        let result = report.result.clone().unwrap_or_default();
+                        awaiting[step] = Some((report.id.clone(), result));
                         Vec::new()
                     } else if report.status == Status::Cancelled {
                         // The whole plan is being stopped (the run saw it first): skip what is

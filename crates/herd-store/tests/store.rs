@@ -161,3 +161,52 @@ fn locks_follow_the_table_release_and_reclaim_dead_holders() {
     assert_eq!(store.reclaim_locks(&alive).unwrap(), 1);
     assert!(store.locks().unwrap().is_empty());
 }
+
+/// Random acquire/release sequences never leave an exclusive holder beside anyone else, and a
+/// refused request names live holders only.
+#[test]
+fn lock_invariants_hold_under_random_sequences() {
+    use herd_core::workspace::Hold;
+    use proptest::prelude::*;
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = Store::open(StatePaths::new(dir.path().join(".herd"))).unwrap();
+    store.create_session("s1", "cli", dir.path()).unwrap();
+    let ids: Vec<SubagentId> = (0..4).map(|_| SubagentId::generate()).collect();
+    for id in &ids {
+        store.create_subagent(&new_sub(id)).unwrap();
+    }
+    let store = std::cell::RefCell::new(store);
+    let holds = [Hold::None, Hold::Shared, Hold::Exclusive];
+    let ops = proptest::collection::vec((0usize..4, 0usize..4, any::<bool>()), 1..40);
+    let mut runner = proptest::test_runner::TestRunner::default();
+    runner
+        .run(&ops, |ops| {
+            let mut s = store.borrow_mut();
+            for id in &ids {
+                s.release_locks(id.as_str()).unwrap();
+            }
+            let alive = |_: u32, _: Option<u64>| true;
+            for (who, what, on_a) in ops {
+                let path = if on_a { "/a" } else { "/b" };
+                let id = ids[who].as_str();
+                if what == 3 {
+                    s.release_locks(id).unwrap();
+                    continue;
+                }
+                let got = s.acquire_lock(path, id, holds[what], (1, None), &alive).unwrap();
+                let rows: Vec<_> =
+                    s.locks().unwrap().into_iter().filter(|l| l.path == path).collect();
+                match got {
+                    Ok(()) => prop_assert!(rows.iter().any(|l| l.holder == id)),
+                    Err(blockers) => {
+                        prop_assert!(!blockers.is_empty());
+                        prop_assert!(blockers.iter().all(|b| b.holder != id));
+                    }
+                }
+                let exclusive = rows.iter().filter(|l| l.mode == "exclusive").count();
+                prop_assert!(exclusive == 0 || rows.len() == 1, "{rows:?}");
+            }
+            Ok(())
+        })
+        .unwrap();
+}
