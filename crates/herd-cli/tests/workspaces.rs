@@ -484,3 +484,49 @@ fn an_isolated_task_merges_into_a_named_branch_and_cancel_can_clean_its_worktree
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a worktree herd created"));
     assert_checkout_untouched(&w, &head);
 }
+
+#[test]
+fn a_dependent_isolated_step_starts_from_the_merged_work_of_its_dependencies() {
+    let w = world_or_skip!();
+    let head = init_repo(&w);
+    bash_then_done("dep_a", "echo from-a > a.txt", Duration::ZERO);
+    bash_then_done("dep_b", "cat a.txt && echo from-b > b.txt", Duration::ZERO);
+    let plan = "defaults: {cli: claude, timeout: 60s, workspace: isolated, allow: [Bash]}\nsteps:\n\
+        \x20 - {id: b, prompt: \"SCENARIO=dep_b go\", depends_on: [a]}\n\
+        \x20 - {id: a, prompt: \"SCENARIO=dep_a go\"}\n";
+    let plan_file = w.state.parent().unwrap().join("dep.yml");
+    std::fs::write(&plan_file, plan).unwrap();
+    let (code, v) = w.json(&["run", plan_file.to_str().unwrap(), "--json", "--into", "work/dep"]);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["integration_branch"], "work/dep");
+    // b is first in the file but depends on a: a merges first, and b saw a's file.
+    let log = git(&w.work, &["log", "--first-parent", "--format=%s", "-2", "work/dep"]);
+    let subjects: Vec<&str> = log.lines().rev().collect();
+    assert!(
+        subjects[0].starts_with("herd: merge step a")
+            && subjects[1].starts_with("herd: merge step b"),
+        "{log}"
+    );
+    let b_sub = step(&v, "b")["subagent_id"].as_str().unwrap();
+    let out = w.events(b_sub).into_iter().find(|e| e["kind"] == "tool_result").unwrap();
+    assert!(out["content"].as_str().unwrap().contains("from-a"), "{out}");
+    assert_checkout_untouched(&w, &head);
+}
+
+#[test]
+fn isolation_outside_a_git_repository_fails_before_anything_starts() {
+    let w = World::new();
+    let plan =
+        "steps:\n  - {id: a, prompt: go, cli: command, command: [\"true\"], workspace: isolated}\n";
+    std::fs::write(w.work.join("p.yml"), plan).unwrap();
+    let out = w.run(&["run", "p.yml", "--json"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("workspace: isolated needs a git repository")
+            && err.contains("not a git repository"),
+        "{err}"
+    );
+    let (_, ps) = w.json(&["ps", "--all", "--json"]);
+    assert_eq!(ps, json!([]));
+}
