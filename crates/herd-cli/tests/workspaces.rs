@@ -530,3 +530,27 @@ fn isolation_outside_a_git_repository_fails_before_anything_starts() {
     let (_, ps) = w.json(&["ps", "--all", "--json"]);
     assert_eq!(ps, json!([]));
 }
+
+#[test]
+fn a_lock_covers_the_whole_working_tree() {
+    let w = world_or_skip!();
+    init_repo(&w);
+    std::fs::create_dir(w.work.join("sub")).unwrap();
+    let holder = start_holder(&w, "lk_tree", "4.61");
+    MockServer::shared().script("lk_sub", Script::new().text("ran"));
+    let sub = w.work.join("sub");
+    let (code, v) = w.json(&[
+        "task",
+        "SCENARIO=lk_sub go",
+        "--cli",
+        "claude",
+        "--cwd",
+        sub.to_str().unwrap(),
+        "--json",
+    ]);
+    assert_eq!(code, 1, "{v}");
+    let reason = v["failure_reason"].as_str().unwrap();
+    assert!(reason.contains(&format!("{} is locked", w.work.display())), "{reason}");
+    let out = holder.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}

@@ -209,7 +209,7 @@ impl Engine {
         wait: bool,
         stop: &watch::Receiver<StopLevel>,
     ) -> Result<Option<(Status, Option<FailureReason>)>, EngineError> {
-        let path = absolute(&req.cwd).display().to_string();
+        let path = lock_key(&req.cwd).await?;
         let me = std::process::id();
         let owner = (me, procfs::start_time(me));
         let alive = |pid: u32, start: Option<u64>| procfs::is_same_process(pid, start);
@@ -362,6 +362,14 @@ impl Engine {
         self.writer().update(id, update).await?;
         Ok((status, failure))
     }
+}
+
+/// What a lock is taken on: the working tree that holds `dir` (a lock on a worktree covers
+/// all of it), else `dir` itself; canonical either way.
+async fn lock_key(dir: &Path) -> Result<String, EngineError> {
+    let d = dir.to_path_buf();
+    let top = blocking(move || Git::new(&d).toplevel().ok()).await?;
+    Ok(absolute(top.as_deref().unwrap_or(dir)).display().to_string())
 }
 
 /// The first 12 characters of a commit id.
