@@ -554,3 +554,42 @@ fn a_lock_covers_the_whole_working_tree() {
     let out = holder.wait_with_output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
+
+#[test]
+fn ctrl_c_on_an_isolated_plan_keeps_the_unfinished_work_and_prune_will_not_drop_it() {
+    let w = world_or_skip!();
+    let head = init_repo(&w);
+    MockServer::shared().script(
+        "cc_a",
+        Script::new().tool_use(
+            "Bash",
+            json!({"command": "echo wip > wip.txt && sleep 8.19", "description": "w"}),
+        ),
+    );
+    let plan = "defaults: {cli: claude, timeout: 60s, workspace: isolated, allow: [Bash]}\nsteps:\n\
+        \x20 - {id: a, prompt: \"SCENARIO=cc_a go\"}\n";
+    let plan_file = w.state.parent().unwrap().join("cc.yml");
+    std::fs::write(&plan_file, plan).unwrap();
+    let child = w
+        .herd(&["run", plan_file.to_str().unwrap(), "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(wait_until(Duration::from_secs(30), || !procs_with_cmdline("sleep 8.19").is_empty()));
+    let (code, v) = common::interrupt(child);
+    assert_eq!(code, Some(130), "{v}");
+    assert_eq!(step(&v, "a")["status"], "cancelled");
+    let (_, wts) = w.json(&["worktrees", "list", "--json"]);
+    let wts = wts.as_array().unwrap();
+    assert_eq!(wts.len(), 1, "only the step's worktree is left: {wts:?}");
+    assert_eq!(wts[0]["status"], "failed");
+    let path = Path::new(wts[0]["path"].as_str().unwrap());
+    assert_eq!(std::fs::read_to_string(path.join("wip.txt")).unwrap(), "wip\n");
+    let (_, pruned) = w.json(&["worktrees", "prune", "--json"]);
+    let r = &pruned["worktrees"][0];
+    assert_eq!(r["result"], "kept", "{pruned}");
+    assert!(r["why"].as_str().unwrap().contains("uncommitted changes (wip.txt)"), "{r}");
+    assert!(path.join("wip.txt").exists());
+    assert_checkout_untouched(&w, &head);
+}
