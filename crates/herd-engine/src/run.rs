@@ -162,8 +162,15 @@ impl Engine {
         let env = child_env(std::env::vars(), backend.env_prefixes(), &explicit);
         let mut run = RunState::new(self, &id, backend, &req, progress)?;
         let started = Instant::now();
-        if let Some((status, failure)) = self.prepare_workspace(&id, &req, &stop).await? {
-            return run.finish(status, failure, started, &[]).await;
+        match self.prepare_workspace(&id, &req, &stop).await {
+            Ok(None) => {}
+            Ok(Some((status, failure))) => return run.finish(status, failure, started, &[]).await,
+            Err(e) => {
+                // Leave a terminal record rather than a `pending` row, then report herd's error.
+                let failure = FailureReason::Workspace { message: format!("herd error: {e}") };
+                let _ = run.finish(Status::Failed, Some(failure), started, &[]).await;
+                return Err(e);
+            }
         }
 
         let path_var = env.iter().find(|(k, _)| k == "PATH").map(|(_, v)| v.as_str());
@@ -565,44 +572,6 @@ impl<'e> RunState<'e> {
         }
     }
 
-    /// An isolated run that succeeded commits its work (auto_commit) and waits for the merge;
-    /// one that did not keeps its worktree and branch for a person. Other runs pass through.
-    async fn gate_outcome(
-        &self,
-        status: Status,
-        failure: Option<FailureReason>,
-    ) -> Result<(Status, Option<FailureReason>, Option<AgentEvent>), EngineError> {
-        let Some(spec) = self.gate.clone() else { return Ok((status, failure, None)) };
-        let store_status = |s: &str, head: Option<&str>| {
-            self.engine.store().set_worktree_status(&spec.worktree_id, s, head, None)
-        };
-        if status != Status::Completed {
-            // A worktree never created has its record marked already.
-            let _ = store_status("failed", None);
-            return Ok((status, failure, None));
-        }
-        let s = spec.clone();
-        let done = tokio::task::spawn_blocking(move || crate::workspace::finish_branch(&s))
-            .await
-            .map_err(|e| EngineError::Task(e.to_string()))?;
-        match done {
-            Ok((head, auto_committed)) => {
-                store_status("waiting_for_merge", Some(&head))?;
-                let ev = AgentEvent::SubagentWaitingForMerge {
-                    branch: spec.branch,
-                    head,
-                    auto_committed,
-                };
-                Ok((Status::WaitingForMerge, None, Some(ev)))
-            }
-            Err(e) => {
-                store_status("failed", None)?;
-                let message = format!("auto-commit in {}: {e}", spec.path.display());
-                Ok((Status::Failed, Some(FailureReason::Workspace { message }), None))
-            }
-        }
-    }
-
     /// Record the end: row, closing events, meta file.
     async fn finish(
         mut self,
@@ -613,7 +582,10 @@ impl<'e> RunState<'e> {
     ) -> Result<TaskReport, EngineError> {
         let obs = std::mem::take(&mut self.obs);
         let mut events = Vec::new();
-        let (status, failure, waiting) = self.gate_outcome(status, failure).await?;
+        let (status, failure, waiting) = match &self.gate {
+            Some(spec) => self.engine.gate(spec, status, failure).await?,
+            None => (status, failure, None),
+        };
         if obs.leftovers > 0 {
             events.push(AgentEvent::LeftoversKilled { count: obs.leftovers });
         }

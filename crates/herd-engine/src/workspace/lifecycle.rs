@@ -305,6 +305,44 @@ impl Engine {
         Ok(None)
     }
 
+    /// An isolated run that succeeded commits its work (auto_commit) and waits for the merge;
+    /// one that did not keeps its worktree and branch for a person. Other runs pass through.
+    pub(crate) async fn gate(
+        &self,
+        spec: &IsolatedSpec,
+        status: Status,
+        failure: Option<FailureReason>,
+    ) -> Result<(Status, Option<FailureReason>, Option<AgentEvent>), EngineError> {
+        let store_status = |s: &str, head: Option<&str>| {
+            self.store().set_worktree_status(&spec.worktree_id, s, head, None)
+        };
+        if status != Status::Completed {
+            // A worktree never created has its record marked already.
+            let _ = store_status("failed", None);
+            return Ok((status, failure, None));
+        }
+        let s = spec.clone();
+        let done = tokio::task::spawn_blocking(move || super::finish_branch(&s))
+            .await
+            .map_err(|e| EngineError::Task(e.to_string()))?;
+        match done {
+            Ok((head, auto_committed)) => {
+                store_status("waiting_for_merge", Some(&head))?;
+                let ev = AgentEvent::SubagentWaitingForMerge {
+                    branch: spec.branch.clone(),
+                    head,
+                    auto_committed,
+                };
+                Ok((Status::WaitingForMerge, None, Some(ev)))
+            }
+            Err(e) => {
+                store_status("failed", None)?;
+                let message = format!("auto-commit in {}: {e}", spec.path.display());
+                Ok((Status::Failed, Some(FailureReason::Workspace { message }), None))
+            }
+        }
+    }
+
     /// Merge a `waiting_for_merge` run's branch into the integration branch and close the run:
     /// `completed` (event `worktree_merged`) or `failed(merge_conflict)` with the merge aborted
     /// and the branch kept.
