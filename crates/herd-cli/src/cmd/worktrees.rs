@@ -53,7 +53,9 @@ pub fn run(paths: StatePaths, cmd: WorktreesCommand) -> anyhow::Result<u8> {
             let mut report = Vec::new();
             let mut failed = false;
             for row in store.worktrees(false)? {
-                let verdict = teardown::check(&store, &row, true)?;
+                // One worktree git cannot read must not stop the others being checked.
+                let verdict = teardown::check(&store, &row, true)
+                    .unwrap_or_else(|e| Verdict::Refuse { why: format!("cannot check it: {e}") });
                 let mut done = None;
                 if let Verdict::Remove { delete_branch, .. } = &verdict
                     && !dry_run
