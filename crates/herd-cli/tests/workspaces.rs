@@ -259,7 +259,7 @@ fn start_holder(w: &World, scenario: &str, marker: &str) -> std::process::Child 
 #[test]
 fn an_exclusive_lock_makes_others_wait_or_fail_with_resource_exhausted() {
     let w = world_or_skip!();
-    let holder = start_holder(&w, "lk_hold", "4.23");
+    let holder = start_holder(&w, "lk_hold", "9.23");
     MockServer::shared().script("lk_other", Script::new().text("ran"));
     // wait: false — refused at once, the agent never starts.
     let (code, v) = w.json(&[
@@ -445,7 +445,7 @@ fn an_isolated_task_merges_into_a_named_branch_and_cancel_can_clean_its_worktree
         "iso_wip",
         Script::new().tool_use(
             "Bash",
-            json!({"command": "echo wip > wip.txt && sleep 7.71", "description": "wip"}),
+            json!({"command": "echo wip > wip.txt && sleep 37.71", "description": "wip"}),
         ),
     );
     let child = w
@@ -464,7 +464,7 @@ fn an_isolated_task_merges_into_a_named_branch_and_cancel_can_clean_its_worktree
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    assert!(wait_until(Duration::from_secs(30), || !procs_with_cmdline("sleep 7.71").is_empty()));
+    assert!(wait_until(Duration::from_secs(30), || !procs_with_cmdline("sleep 37.71").is_empty()));
     let (_, ps) = w.json(&["ps", "--json"]);
     let id = ps[0]["id"].as_str().unwrap().to_owned();
     let wt = ps[0]["cwd"].as_str().unwrap().to_owned();
@@ -563,7 +563,7 @@ fn ctrl_c_on_an_isolated_plan_keeps_the_unfinished_work_and_prune_will_not_drop_
         "cc_a",
         Script::new().tool_use(
             "Bash",
-            json!({"command": "echo wip > wip.txt && sleep 8.19", "description": "w"}),
+            json!({"command": "echo wip > wip.txt && sleep 38.19", "description": "w"}),
         ),
     );
     let plan = "defaults: {cli: claude, timeout: 60s, workspace: isolated, allow: [Bash]}\nsteps:\n\
@@ -576,7 +576,7 @@ fn ctrl_c_on_an_isolated_plan_keeps_the_unfinished_work_and_prune_will_not_drop_
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    assert!(wait_until(Duration::from_secs(30), || !procs_with_cmdline("sleep 8.19").is_empty()));
+    assert!(wait_until(Duration::from_secs(30), || !procs_with_cmdline("sleep 38.19").is_empty()));
     let (code, v) = common::interrupt(child);
     assert_eq!(code, Some(130), "{v}");
     assert_eq!(step(&v, "a")["status"], "cancelled");
