@@ -58,6 +58,35 @@ pub enum Command {
     /// Serve herd's tools (task, task_wait, run_plan, ...) to any MCP client over stdio
     #[command(after_help = MCP_HELP)]
     Mcp(McpArgs),
+    /// The git worktrees herd created for isolated steps: list, remove, prune
+    #[command(subcommand)]
+    Worktrees(WorktreesCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum WorktreesCommand {
+    /// Every worktree herd created that is not removed yet (--all: removed ones too)
+    List {
+        #[arg(long)]
+        json: bool,
+        #[arg(long, short)]
+        all: bool,
+    },
+    /// Remove one worktree: refused while in use or with uncommitted changes; an unmerged
+    /// branch is kept with its commits, a merged one is deleted
+    Remove {
+        /// Worktree id (a unique prefix is enough)
+        id: String,
+    },
+    /// Remove every worktree whose branch is merged into its integration branch; say why
+    /// each other one is kept
+    Prune {
+        /// Say what would be removed, remove nothing
+        #[arg(long)]
+        dry_run: bool,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -124,6 +153,7 @@ pub struct GcArgs {
 
 /// Permission flags of `herd task`.
 #[derive(Debug, Default, Args)]
+#[command(next_help_heading = "Permissions")]
 pub struct PermissionArgs {
     /// A rule for calls that are always asked of a person, e.g. `Bash(git push *)` (repeatable)
     #[arg(long = "ask", value_name = "RULE")]
@@ -294,6 +324,36 @@ pub struct TaskArgs {
 
     #[command(flatten)]
     pub permissions: PermissionArgs,
+    /// Where the agent works: shared (the directory as is), locked (under an advisory lock,
+    /// see --lock) or isolated (its own git worktree and branch, merged when it succeeds)
+    #[arg(long, value_parser = ["shared", "locked", "isolated"], help_heading = "Workspace")]
+    pub workspace: Option<String>,
+
+    /// The advisory lock on the directory: shared or exclusive (implies --workspace locked)
+    #[arg(long, value_parser = ["shared", "exclusive"], help_heading = "Workspace")]
+    pub lock: Option<String>,
+
+    /// When the directory is locked by another run, wait for it (default: fail at once with
+    /// RESOURCE_EXHAUSTED)
+    #[arg(long, help_heading = "Workspace")]
+    pub wait: bool,
+
+    /// With --workspace isolated: merge into BRANCH instead of herd/<id>/integration
+    #[arg(long, value_name = "BRANCH", help_heading = "Workspace")]
+    pub into: Option<String>,
+
+    /// With --workspace isolated: the ref the worktree starts from [default: HEAD]
+    #[arg(long, value_name = "REF", help_heading = "Workspace")]
+    pub base: Option<String>,
+
+    /// With --workspace isolated: a shell command run in the new worktree first
+    /// (HERD_REPO, HERD_WORKTREE, HERD_BRANCH set)
+    #[arg(long, value_name = "CMD", help_heading = "Workspace")]
+    pub setup: Option<String>,
+
+    /// With --workspace isolated: do not commit what the agent leaves uncommitted
+    #[arg(long, help_heading = "Workspace")]
+    pub no_auto_commit: bool,
 
     /// For --cli command: the program and its arguments
     #[arg(last = true, value_name = "PROGRAM ARGS")]
@@ -326,6 +386,10 @@ pub struct RunArgs {
     /// Print one JSON object at the end instead of the table
     #[arg(long)]
     pub json: bool,
+    /// Merge isolated steps into BRANCH (created from HEAD if missing; never your checked-out
+    /// branch) instead of herd/<run>/integration
+    #[arg(long, value_name = "BRANCH")]
+    pub into: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -372,6 +436,10 @@ pub struct CancelArgs {
     /// Kill at once (SIGKILL) instead of stopping gracefully
     #[arg(long)]
     pub force: bool,
+    /// Then discard its uncommitted changes (git reset --hard, git clean -fd) — only in a
+    /// worktree herd created
+    #[arg(long)]
+    pub cleanup_worktree: bool,
 }
 
 #[derive(Debug, Args)]

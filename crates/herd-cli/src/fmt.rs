@@ -71,6 +71,16 @@ pub fn event_summary(ev: &AgentEvent) -> String {
             message.as_deref().map(|m| format!(" ({})", oneline(m, 160))).unwrap_or_default()
         ),
         E::AutoApproveRevoked { reason } => format!("auto-approve revoked: {reason}"),
+        E::WorktreeCreated { path, branch, base } => format!("{branch} at {path} from {base}"),
+        E::LockWaiting { path, mode, holders } => {
+            format!("{mode} lock on {path} waits for {}", holders.join(", "))
+        }
+        E::LockAcquired { path, mode } => format!("{mode} lock on {path}"),
+        E::SubagentWaitingForMerge { branch, head, .. } => format!("{branch} at {head}"),
+        E::WorktreeMerged { branch, into, commit } => format!("{branch} into {into} ({commit})"),
+        E::MergeConflict { branch, into, files, .. } => {
+            format!("{branch} into {into}: {}", files.join(", "))
+        }
         E::Init { native_session_id, model, .. } => format!(
             "session {} model {}",
             native_session_id.as_deref().unwrap_or("-"),

@@ -138,6 +138,42 @@ pub enum AgentEvent {
     AutoApproveRevoked {
         reason: String,
     },
+    /// An isolated run's worktree was created (and set up).
+    WorktreeCreated {
+        path: String,
+        branch: String,
+        base: String,
+    },
+    /// The run waits for an advisory lock on its directory held by others.
+    LockWaiting {
+        path: String,
+        mode: String,
+        holders: Vec<String>,
+    },
+    /// The run holds its lock (`none` registers an unlocked run).
+    LockAcquired {
+        path: String,
+        mode: String,
+    },
+    /// The agent succeeded in an isolated worktree; its branch waits to be merged.
+    SubagentWaitingForMerge {
+        branch: String,
+        head: String,
+        auto_committed: bool,
+    },
+    /// The run's branch was merged into the integration branch.
+    WorktreeMerged {
+        branch: String,
+        into: String,
+        commit: String,
+    },
+    /// Merging the run's branch conflicted; the merge was aborted and the branch kept.
+    MergeConflict {
+        branch: String,
+        into: String,
+        files: Vec<String>,
+        output: String,
+    },
     // --- decoded from the agent's stream ---
     Init {
         #[serde(default)]
@@ -244,6 +280,12 @@ impl AgentEvent {
             Self::PermissionDecided { .. } => "permission_decided",
             Self::HookRan { .. } => "hook_ran",
             Self::AutoApproveRevoked { .. } => "auto_approve_revoked",
+            Self::WorktreeCreated { .. } => "worktree_created",
+            Self::LockWaiting { .. } => "lock_waiting",
+            Self::LockAcquired { .. } => "lock_acquired",
+            Self::SubagentWaitingForMerge { .. } => "subagent_waiting_for_merge",
+            Self::WorktreeMerged { .. } => "worktree_merged",
+            Self::MergeConflict { .. } => "merge_conflict",
             Self::Init { .. } => "init",
             Self::Text { .. } => "text",
             Self::Thinking { .. } => "thinking",

@@ -9,6 +9,7 @@ pub mod permission;
 pub mod plan;
 pub mod scheduler;
 pub mod status;
+pub mod workspace;
 
 pub use event::{
     AgentEvent, Decoded, PermissionDenial, ResultInfo, ResultKind, Usage, truncate_str,

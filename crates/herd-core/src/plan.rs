@@ -6,6 +6,8 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use crate::workspace::{LockMode, WorkspaceMode};
+
 /// How steps relate when `depends_on` is not used.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -42,6 +44,20 @@ pub struct StepFields {
     pub inputs: Option<BTreeMap<String, String>>,
     pub retries: Option<u32>,
     pub outputs: Option<Vec<String>>,
+    /// `shared` (default), `locked` or `isolated`.
+    pub workspace: Option<WorkspaceMode>,
+    /// For `locked`: `shared` or `exclusive` (default); implies `workspace: locked`.
+    pub lock: Option<LockMode>,
+    /// When the directory is locked by another run: wait (`true`) or fail at once
+    /// with RESOURCE_EXHAUSTED (`false`, the default).
+    pub wait: Option<bool>,
+    /// For `isolated`: the ref the worktree starts from (default: the repository's HEAD, or the
+    /// integration branch for a step that depends on isolated steps).
+    pub base: Option<String>,
+    /// For `isolated`: a shell command run in the new worktree before the agent.
+    pub setup: Option<String>,
+    /// For `isolated`: commit what the agent left uncommitted when it succeeds (default true).
+    pub auto_commit: Option<bool>,
 }
 
 /// One step as written in the file.
@@ -77,6 +93,10 @@ pub struct PlanFile {
     pub defaults: StepFields,
     #[serde(default)]
     pub limits: Limits,
+    /// Where isolated steps' worktrees go (default: `<repo>.herd-worktrees` beside the repo).
+    pub worktree_root: Option<String>,
+    /// Merge isolated steps into this branch instead of `herd/<run>/integration`.
+    pub into: Option<String>,
     pub steps: Vec<StepFile>,
 }
 
@@ -98,7 +118,24 @@ pub struct Plan {
     pub name: String,
     pub strategy: Strategy,
     pub limits: Limits,
+    pub worktree_root: Option<String>,
+    pub into: Option<String>,
     pub steps: Vec<Step>,
+}
+
+impl Step {
+    /// The step's workspace: as written, else `locked` when it names a lock, else `shared`.
+    pub fn workspace(&self) -> WorkspaceMode {
+        workspace_of(&self.fields)
+    }
+}
+
+fn workspace_of(f: &StepFields) -> WorkspaceMode {
+    f.workspace.unwrap_or(if f.lock.is_some() {
+        WorkspaceMode::Locked
+    } else {
+        WorkspaceMode::Shared
+    })
 }
 
 /// One problem in a plan file.
@@ -148,7 +185,13 @@ fn merge(step: &StepFields, d: &StepFields) -> StepFields {
         timeout,
         inputs,
         retries,
-        outputs
+        outputs,
+        workspace,
+        lock,
+        wait,
+        base,
+        setup,
+        auto_commit
     );
     // A step that picks another cli does not inherit the default command line.
     if step.cli.as_deref().is_some_and(|c| c != "command") && step.command.is_none() {
@@ -307,6 +350,33 @@ impl PlanFile {
                     "INVALID_PERMISSION_CONFIG: auto_approve needs a non-empty tools list".into(),
                 );
             }
+            let mode = workspace_of(&f);
+            if f.lock.is_some() && mode != WorkspaceMode::Locked {
+                add(
+                    line,
+                    at("lock"),
+                    format!("only for workspace: locked (this step is {mode:?})").to_lowercase(),
+                );
+            }
+            if f.wait.is_some() && mode == WorkspaceMode::Isolated {
+                add(
+                    line,
+                    at("wait"),
+                    "an isolated step has its own worktree: nothing to wait for".into(),
+                );
+            }
+            for (name, set) in [
+                ("base", f.base.is_some()),
+                ("setup", f.setup.is_some()),
+                ("auto_commit", f.auto_commit.is_some()),
+            ] {
+                if set && mode != WorkspaceMode::Isolated {
+                    add(line, at(name), "only for workspace: isolated".into());
+                }
+            }
+            if f.base.as_deref().is_some_and(|b| b.trim().is_empty()) {
+                add(line, at("base"), "is empty".into());
+            }
             if self.strategy != Strategy::Dag && !s.depends_on.is_empty() {
                 add(
                     line,
@@ -351,6 +421,13 @@ impl PlanFile {
             let line = lines[cycle[0]];
             add(line, "depends_on".into(), format!("cycle: {}", path.join(" -> ")));
         }
+        if self.into.as_deref().is_some_and(|b| b.trim().is_empty() || b.starts_with('-')) {
+            add(
+                None,
+                "into".into(),
+                format!("{:?} is not a branch name", self.into.as_deref().unwrap_or("")),
+            );
+        }
         if !problems.is_empty() {
             return Err(PlanError { file: file.into(), problems });
         }
@@ -380,6 +457,8 @@ impl PlanFile {
             name: self.name.unwrap_or_else(|| file.rsplit('/').next().unwrap_or(file).to_owned()),
             strategy: self.strategy,
             limits: self.limits,
+            worktree_root: self.worktree_root,
+            into: self.into,
             steps,
         })
     }

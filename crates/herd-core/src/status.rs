@@ -133,6 +133,10 @@ pub enum FailureReason {
     Orphaned,
     /// The result exceeded the output limit and the policy was to fail.
     OutputLimit,
+    /// A lock (or another bounded resource) was unavailable and the run would not wait.
+    ResourceExhausted { message: String },
+    /// The workspace could not be prepared or finished: worktree, setup command, auto-commit.
+    Workspace { message: String },
 }
 
 impl FailureReason {
@@ -152,6 +156,8 @@ impl FailureReason {
             Self::SpawnError { .. } => "spawn_error",
             Self::Orphaned => "orphaned",
             Self::OutputLimit => "output_limit",
+            Self::ResourceExhausted { .. } => "resource_exhausted",
+            Self::Workspace { .. } => "workspace",
         }
     }
 }
@@ -173,6 +179,8 @@ impl fmt::Display for FailureReason {
             Self::DependencyFailed { step } => write!(f, "dependency_failed({step})"),
             Self::Policy { message } => write!(f, "policy: {message}"),
             Self::SpawnError { message } => write!(f, "spawn_error: {message}"),
+            Self::ResourceExhausted { message } => write!(f, "RESOURCE_EXHAUSTED: {message}"),
+            Self::Workspace { message } => write!(f, "workspace: {message}"),
             other => f.write_str(other.code()),
         }
     }

@@ -10,6 +10,7 @@ pub mod plan;
 pub mod procfs;
 mod run;
 mod supervisor;
+pub mod workspace;
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -39,6 +40,9 @@ pub enum EngineError {
     /// Permission settings that cannot be run (seed 000's `INVALID_PERMISSION_CONFIG`).
     #[error("{0}")]
     InvalidPermissionConfig(String),
+    /// A workspace could not be prepared (not a git repository, bad base, root inside the repo).
+    #[error("{0}")]
+    Workspace(String),
 }
 
 /// Tunables, with the defaults of DESIGN §4.
@@ -172,6 +176,8 @@ pub fn sweep_orphans(store: &mut Store) -> Result<Vec<SubagentId>, StoreError> {
             Err(e) => return Err(e),
         }
     }
+    // Locks whose holder ended or whose owner died are free again.
+    store.reclaim_locks(&|pid, start| procfs::is_same_process(pid, start))?;
     for plan in store.active_orchestrations()? {
         if !plan.owner_pid.is_some_and(|p| procfs::is_same_process(p, plan.owner_start_time)) {
             store.fail_orphaned_orchestration(&plan.id)?;

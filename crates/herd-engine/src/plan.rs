@@ -10,6 +10,7 @@ use herd_backends::{BackendKind, RunSpec};
 use herd_core::context::{Part, assemble, fair_share};
 use herd_core::plan::{Plan, Step, parse_duration};
 use herd_core::scheduler::{Action, Scheduler};
+use herd_core::workspace::{LockMode, WorkspaceMode, merge_order};
 use herd_core::{Status, SubagentId, Usage};
 use herd_store::{NewOrchestration, NewStep, StepChange};
 use serde::Serialize;
@@ -17,7 +18,11 @@ use serde_json::json;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 
+use crate::workspace::{IsolatedSpec, WorkspaceReq};
+
+mod isolation;
 use crate::{Engine, EngineError, StopLevel, TaskReport, TaskRequest, procfs};
+use isolation::{Isolation, isolated_spec};
 
 /// All dependencies' results together are capped at this many bytes in a step's prompt.
 pub const DEFAULT_SUMMARY_CAP: usize = 16 * 1024;
@@ -45,6 +50,8 @@ pub struct PlanOptions {
     /// The plan's id (`pln_…`), when the caller must know it before the plan ends (a background
     /// plan of `herd mcp`); generated otherwise.
     pub id: Option<String>,
+    /// Merge isolated steps into this branch (overrides the plan's `into`).
+    pub into: Option<String>,
 }
 
 /// What a step's agent definition adds beyond plan fields.
@@ -76,6 +83,10 @@ pub struct PlanReport {
     pub steps: Vec<StepOutcome>,
     pub cost_usd: f64,
     pub usage: Usage,
+    /// Where isolated steps were merged, when the plan has any.
+    pub integration_branch: Option<String>,
+    /// Things that went wrong without failing the plan (a worktree left behind).
+    pub warnings: Vec<String>,
 }
 
 /// Live updates for a progress display.
@@ -141,6 +152,17 @@ fn step_request(
             .unwrap_or(DEFAULT_TIMEOUT),
         max_output_bytes: None,
         permissions: step_permissions(step, opts),
+        workspace: match step.workspace() {
+            WorkspaceMode::Shared => {
+                WorkspaceReq::Shared { lock: None, wait: f.wait.unwrap_or(false) }
+            }
+            // Isolated steps get their worktree when they start (see `drive`).
+            WorkspaceMode::Locked | WorkspaceMode::Isolated => WorkspaceReq::Shared {
+                lock: Some(f.lock.unwrap_or(LockMode::Exclusive)),
+                wait: f.wait.unwrap_or(false),
+            },
+        },
+        plan_step: None,
     }
 }
 
@@ -214,6 +236,7 @@ impl Engine {
                  (raise limits.max_queue)"
             )));
         }
+        let iso = self.plan_isolation(plan, &opts, &plan_id).await?;
         let new_steps: Vec<NewStep> = (0..n)
             .map(|i| {
                 let s = &plan.steps[i];
@@ -257,10 +280,18 @@ impl Engine {
                 &mut running,
                 &mut stop,
                 updates.as_ref(),
+                iso.as_ref(),
             )
             .await;
         // On an error, stop what still runs before reporting it.
         running.shutdown().await;
+        let mut outcome = outcome;
+        if let Some((iso, _)) = &iso
+            && let Some(w) = self.close_isolation(iso).await?
+            && let Ok(r) = &mut outcome
+        {
+            r.warnings.push(w);
+        }
         outcome
     }
 
@@ -275,8 +306,22 @@ impl Engine {
         running: &mut JoinSet<Done>,
         stop: &mut watch::Receiver<StopLevel>,
         updates: Option<&mpsc::UnboundedSender<PlanUpdate>>,
+        iso: Option<&Isolation>,
     ) -> Result<PlanReport, EngineError> {
         let plan_id = plan_id.to_owned();
+        let isolated: Vec<bool> =
+            plan.steps.iter().map(|s| s.workspace() == WorkspaceMode::Isolated).collect();
+        // The merge gate: isolated steps merge in plan order (dependencies first), each once
+        // every isolated step before it has merged or failed.
+        let merge_seq: Vec<usize> =
+            merge_order(&plan.steps.iter().map(|s| s.deps.clone()).collect::<Vec<_>>())
+                .into_iter()
+                .filter(|&i| isolated[i])
+                .collect();
+        let mut cursor = 0usize;
+        let mut specs: Vec<Option<IsolatedSpec>> = vec![None; plan.steps.len()];
+        let mut awaiting: Vec<Option<(SubagentId, String)>> = vec![None; plan.steps.len()];
+        let mut resolved = vec![false; plan.steps.len()];
         let n = plan.steps.len();
         let mut results: HashMap<usize, String> = HashMap::new();
         let deps: Vec<Vec<usize>> = plan.steps.iter().map(|s| s.deps.clone()).collect();
@@ -310,7 +355,15 @@ impl Engine {
                     Action::Start { step, attempt } => {
                         let s = &plan.steps[step];
                         let prompt = self.step_prompt(plan, step, &results, opts.summary_cap);
-                        let req = step_request(s, prompt, opts, plan_timeout);
+                        let mut req = step_request(s, prompt, opts, plan_timeout);
+                        req.plan_step = Some((plan_id.clone(), s.id.clone()));
+                        if let Some((iso, bases)) = iso.filter(|_| isolated[step]) {
+                            let spec =
+                                isolated_spec(iso, bases, plan, step, attempt, &isolated, &req)?;
+                            req.cwd = iso.cwd_in(&spec, &req.cwd);
+                            req.workspace = WorkspaceReq::Isolated(Box::new(spec.clone()));
+                            specs[step] = Some(spec);
+                        }
                         let id = SubagentId::generate();
                         self.create_run(&id, &req).await?;
                         self.set_step(
@@ -343,6 +396,7 @@ impl Engine {
                             .await?;
                         outcomes[step].status = "failed".into();
                         outcomes[step].failure_reason = Some(reason.clone());
+                        resolved[step] = true;
                         send(PlanUpdate::Finished {
                             step: plan.steps[step].id.clone(),
                             status: "failed".into(),
@@ -356,9 +410,43 @@ impl Engine {
                             .await?;
                         outcomes[step].status = "cancelled".into();
                         outcomes[step].failure_reason = Some(why.into());
+                        resolved[step] = true;
                     }
                     Action::Finished { .. } => {}
                 }
+            }
+            // Merge what waits, in order, as far as the order allows.
+            while let Some((iso_plan, _)) = iso
+                && let Some(&s) = merge_seq.get(cursor)
+            {
+                if let Some((id, result)) = awaiting[s].take() {
+                    let spec = specs[s].as_ref().ok_or_else(|| {
+                        EngineError::Task(format!("step {} has no worktree", plan.steps[s].id))
+                    })?;
+                    let (status, failure) = self.merge_and_close(&id, spec, iso_plan).await?;
+                    let ok = status == Status::Completed;
+                    if ok {
+                        results.insert(s, result);
+                    }
+                    actions.extend(if ok {
+                        sched.on_finished(s, true)
+                    } else {
+                        sched.on_failed_final(s)
+                    });
+                    let (key, status) = (plan.steps[s].id.clone(), status.to_string());
+                    let reason = failure.as_ref().map(ToString::to_string);
+                    self.set_step(&plan_id, &key, &status, None, reason.clone(), None).await?;
+                    outcomes[s].status = status.clone();
+                    outcomes[s].failure_reason = reason.clone();
+                    send(PlanUpdate::Finished { step: key, status, reason });
+                    resolved[s] = true;
+                } else if !resolved[s] {
+                    break;
+                }
+                cursor += 1;
+            }
+            if !actions.is_empty() {
+                continue;
             }
             let failed = outcomes.iter().filter(|o| o.status == "failed").count();
             let done = outcomes
@@ -396,8 +484,13 @@ impl Engine {
                     if ok {
                         results.insert(step, report.result.clone().unwrap_or_default());
                     }
-                    // A cancelled run is not retried; otherwise the scheduler decides.
-                    actions = if report.status == Status::Cancelled {
+                    // An isolated success waits for its turn to merge (above); it is neither
+                    // done for the scheduler nor retried until then.
+                    actions = if report.status == Status::WaitingForMerge {
+                        let result = report.result.clone().unwrap_or_default();
+                        awaiting[step] = Some((report.id.clone(), result));
+                        Vec::new()
+                    } else if report.status == Status::Cancelled {
                         // The whole plan is being stopped (the run saw it first): skip what is
                         // pending before this step's failure could cascade as dependency_failed.
                         let mut a = Vec::new();
@@ -413,7 +506,8 @@ impl Engine {
                     let retrying = actions
                         .iter()
                         .any(|a| matches!(a, Action::Start { step: s, .. } if *s == step));
-                    if !retrying {
+                    if !retrying && report.status != Status::WaitingForMerge {
+                        resolved[step] = true;
                         let status = report.status.to_string();
                         let reason = report.failure.as_ref().map(ToString::to_string);
                         self.set_step(&plan_id, &key, &status, None, reason.clone(), None).await?;
@@ -450,10 +544,12 @@ impl Engine {
             steps: outcomes,
             cost_usd: cost,
             usage,
+            integration_branch: iso.map(|(i, _)| i.integration_branch.clone()),
+            warnings: Vec::new(),
         })
     }
 
-    async fn set_step(
+    pub(crate) async fn set_step(
         &self,
         orch: &str,
         key: &str,

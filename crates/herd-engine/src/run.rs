@@ -18,6 +18,7 @@ use crate::gate::calls::Calls;
 use crate::gate::{Gate, HookEnv, HookEvent, POLICY_LAYERS_VAR, Permissions, granted_env};
 use crate::lines::{LineSplitter, Piece};
 use crate::supervisor::{Child, child_env};
+use crate::workspace::{IsolatedSpec, WorkspaceReq};
 use crate::{Engine, EngineError, guard::GuardMsg, procfs};
 
 /// A task to run as one subagent.
@@ -34,6 +35,10 @@ pub struct TaskRequest {
     pub max_output_bytes: Option<u64>,
     /// Rules, auto-approve, hooks and grants for the agent's tool calls.
     pub permissions: Permissions,
+    /// Where the agent works: the directory as is (optionally locked) or an isolated worktree.
+    pub workspace: WorkspaceReq,
+    /// The plan run and step key this task is, to mark the step `blocked` while it waits.
+    pub plan_step: Option<(String, String)>,
 }
 
 /// How hard a caller wants a run stopped.
@@ -202,6 +207,16 @@ impl Engine {
         };
         let mut run = RunState::new(self, &id, backend, &req, progress, Calls::new(gate))?;
         let started = Instant::now();
+        match self.prepare_workspace(&id, &req, &stop).await {
+            Ok(None) => {}
+            Ok(Some((status, failure))) => return run.finish(status, failure, started, &[]).await,
+            Err(e) => {
+                // Leave a terminal record rather than a `pending` row, then report herd's error.
+                let failure = FailureReason::Workspace { message: format!("herd error: {e}") };
+                let _ = run.finish(Status::Failed, Some(failure), started, &[]).await;
+                return Err(e);
+            }
+        }
 
         let path_var = env.iter().find(|(k, _)| k == "PATH").map(|(_, v)| v.as_str());
         let override_bin = backend.program_override_var().and_then(|v| std::env::var(v).ok());
@@ -285,6 +300,8 @@ struct RunState<'e> {
     ladder: Ladder,
     ladder_deadline: Option<TInstant>,
     calls: Calls,
+    /// An isolated run: on success its work is committed and waits for the merge.
+    merge_gate: Option<IsolatedSpec>,
 }
 
 impl<'e> RunState<'e> {
@@ -315,6 +332,10 @@ impl<'e> RunState<'e> {
             ladder: Ladder::Idle,
             ladder_deadline: None,
             calls,
+            merge_gate: match &req.workspace {
+                WorkspaceReq::Isolated(spec) => Some((**spec).clone()),
+                WorkspaceReq::Shared { .. } => None,
+            },
         })
     }
 
@@ -660,6 +681,10 @@ impl<'e> RunState<'e> {
         self.calls.close().await;
         self.engine.writer().close_requests_of(&self.id).await?;
         let mut events = Vec::new();
+        let (status, failure, waiting) = match &self.merge_gate {
+            Some(spec) => self.engine.merge_gate(spec, status, failure).await?,
+            None => (status, failure, None),
+        };
         if obs.leftovers > 0 {
             events.push(AgentEvent::LeftoversKilled { count: obs.leftovers });
         }
@@ -686,6 +711,9 @@ impl<'e> RunState<'e> {
             _ => text,
         });
         let status_ev = match (status, &failure) {
+            (Status::WaitingForMerge, _) => {
+                waiting.clone().unwrap_or(AgentEvent::SubagentCompleted)
+            }
             (Status::Completed, _) => AgentEvent::SubagentCompleted,
             (Status::Cancelled, _) => AgentEvent::SubagentCancelled { reason: "cancelled".into() },
             (_, f) => AgentEvent::SubagentFailed {
@@ -694,10 +722,14 @@ impl<'e> RunState<'e> {
         };
         events.push(status_ev);
         let close_reason = failure.as_ref().map_or(status.to_string(), |f| f.code().to_owned());
-        events.push(AgentEvent::SubagentClosed {
-            final_status: status.to_string(),
-            close_reason: close_reason.clone(),
-        });
+        // A run waiting for its merge is closed by the merge, not here.
+        let closing = status != Status::WaitingForMerge;
+        if closing {
+            events.push(AgentEvent::SubagentClosed {
+                final_status: status.to_string(),
+                close_reason: close_reason.clone(),
+            });
+        }
         let r = obs.result.as_ref();
         let usage = r.map_or(self.decoder.usage(), |r| r.usage);
         let num_turns = r.and_then(|r| r.num_turns).or(Some(self.decoder.turns()));
@@ -718,8 +750,8 @@ impl<'e> RunState<'e> {
                     usage: Some(usage),
                     cost_usd: r.and_then(|r| r.cost_usd),
                     completed_at: Some(now),
-                    closed_at: Some(now),
-                    close_reason: Some(close_reason.clone()),
+                    closed_at: closing.then_some(now),
+                    close_reason: closing.then(|| close_reason.clone()),
                     events,
                     ..Update::default()
                 },
@@ -727,6 +759,8 @@ impl<'e> RunState<'e> {
             .await?;
         self.audit_end(status, failure.as_ref()).await?;
         self.transcript.flush()?;
+        // The process is gone: whatever lock it held is free.
+        self.engine.store().release_locks(self.id.as_str())?;
         Meta {
             id: self.id.to_string(),
             cli: self.backend.kind().to_string(),

@@ -7,6 +7,7 @@ mod model;
 mod plans;
 mod store;
 mod transcript;
+mod worktrees;
 mod writer;
 
 pub use audit::{
@@ -19,6 +20,7 @@ pub use plans::{
 };
 pub use store::{OrphanCandidate, StatePaths, Store, orphaned_update};
 pub use transcript::{Meta, Transcript};
+pub use worktrees::{IsAlive, LockHolder, NewWorktree, WorktreeRow};
 pub use writer::{Writer, WriterHandle};
 
 /// Store failures. Messages name the file or record involved.

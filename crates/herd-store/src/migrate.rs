@@ -124,6 +124,42 @@ CREATE TABLE plan_events (
     PRIMARY KEY (orchestration_id, seq)
 ) WITHOUT ROWID;
 "#,
+    // 3: workspaces — the git worktrees herd created, and advisory locks per directory
+    // (seed 000's worktree_locks, one row per holder so a dead holder can be reclaimed alone).
+    r#"
+CREATE TABLE worktrees (
+    id                  TEXT PRIMARY KEY,
+    kind                TEXT NOT NULL CHECK (kind IN ('step','integration')),
+    run_id              TEXT NOT NULL,
+    step_key            TEXT NOT NULL,
+    subagent_id         TEXT REFERENCES subagents(id),
+    repo                TEXT NOT NULL,
+    root                TEXT NOT NULL,
+    path                TEXT NOT NULL,
+    branch              TEXT NOT NULL,
+    base                TEXT NOT NULL,
+    integration_branch  TEXT,
+    status              TEXT NOT NULL DEFAULT 'active'
+        CHECK (status IN ('active','waiting_for_merge','merged','conflict','failed','removed')),
+    head                TEXT,
+    merge_commit        TEXT,
+    owner_pid           INTEGER,
+    owner_start_time    INTEGER,
+    created_at          INTEGER NOT NULL,
+    merged_at           INTEGER,
+    removed_at          INTEGER
+);
+CREATE INDEX idx_worktrees_path ON worktrees(path);
+CREATE TABLE worktree_locks (
+    path                TEXT NOT NULL,
+    holder              TEXT NOT NULL,
+    lock_mode           TEXT NOT NULL CHECK (lock_mode IN ('none','shared','exclusive')),
+    owner_pid           INTEGER,
+    owner_start_time    INTEGER,
+    acquired_at         INTEGER NOT NULL,
+    PRIMARY KEY (path, holder)
+) WITHOUT ROWID;
+"#,
     // 4: the permission gate: audit log, pending permission requests, auto-approve revocation.
     r#"
 CREATE TABLE audit_log (

@@ -162,6 +162,7 @@ pub(crate) fn set_step(tx: &Connection, c: &StepChange) -> Result<()> {
         ("running", _) => "step_started",
         ("completed", _) => "step_completed",
         ("failed", _) => "step_failed",
+        ("blocked", _) => "step_blocked",
         _ => "step_cancelled",
     };
     let payload = serde_json::json!({

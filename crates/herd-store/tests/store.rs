@@ -118,3 +118,95 @@ fn concurrent_first_opens_migrate_once() {
         h.join().unwrap().unwrap();
     }
 }
+
+#[test]
+fn locks_follow_the_table_release_and_reclaim_dead_holders() {
+    use herd_core::workspace::Hold;
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = Store::open(StatePaths::new(dir.path().join(".herd"))).unwrap();
+    store.create_session("s1", "cli", dir.path()).unwrap();
+    let ids: Vec<SubagentId> = (0..4).map(|_| SubagentId::generate()).collect();
+    for id in &ids {
+        store.create_subagent(&new_sub(id)).unwrap();
+    }
+    let alive = |pid: u32, _: Option<u64>| pid != 999;
+    let me = (std::process::id(), Some(42));
+    let take = |s: &mut Store, id: &SubagentId, hold, owner| {
+        s.acquire_lock("/w", id.as_str(), hold, owner, &alive).unwrap()
+    };
+    // Two shared holders together; an exclusive request is refused, naming both.
+    assert!(take(&mut store, &ids[0], Hold::Shared, me).is_ok());
+    assert!(take(&mut store, &ids[1], Hold::None, me).is_ok());
+    let blocked = take(&mut store, &ids[2], Hold::Exclusive, me).unwrap_err();
+    let names: Vec<&str> = blocked.iter().map(|h| h.holder.as_str()).collect();
+    assert_eq!(names, [ids[0].as_str(), ids[1].as_str()]);
+    // Released on the holders' end: the exclusive request goes through and blocks everyone.
+    store.release_locks(ids[0].as_str()).unwrap();
+    store.release_locks(ids[1].as_str()).unwrap();
+    assert!(take(&mut store, &ids[2], Hold::Exclusive, me).is_ok());
+    assert!(take(&mut store, &ids[3], Hold::None, me).is_err());
+    // Another directory is independent.
+    assert!(
+        store.acquire_lock("/other", ids[3].as_str(), Hold::Exclusive, me, &alive).unwrap().is_ok()
+    );
+    store.release_locks(ids[3].as_str()).unwrap();
+
+    // A holder whose owner process is dead is reclaimed by the next request.
+    store.release_locks(ids[2].as_str()).unwrap();
+    assert!(take(&mut store, &ids[2], Hold::Exclusive, (999, Some(1))).is_ok());
+    assert!(take(&mut store, &ids[3], Hold::Exclusive, me).is_ok());
+    assert_eq!(store.locks().unwrap().len(), 1);
+    // A holder whose run ended is reclaimed by the sweep.
+    store.update(&ids[3], &orphaned_update()).unwrap();
+    assert_eq!(store.reclaim_locks(&alive).unwrap(), 1);
+    assert!(store.locks().unwrap().is_empty());
+}
+
+/// Random acquire/release sequences never leave an exclusive holder beside anyone else, and a
+/// refused request names live holders only.
+#[test]
+fn lock_invariants_hold_under_random_sequences() {
+    use herd_core::workspace::Hold;
+    use proptest::prelude::*;
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = Store::open(StatePaths::new(dir.path().join(".herd"))).unwrap();
+    store.create_session("s1", "cli", dir.path()).unwrap();
+    let ids: Vec<SubagentId> = (0..4).map(|_| SubagentId::generate()).collect();
+    for id in &ids {
+        store.create_subagent(&new_sub(id)).unwrap();
+    }
+    let store = std::cell::RefCell::new(store);
+    let holds = [Hold::None, Hold::Shared, Hold::Exclusive];
+    let ops = proptest::collection::vec((0usize..4, 0usize..4, any::<bool>()), 1..40);
+    let mut runner = proptest::test_runner::TestRunner::default();
+    runner
+        .run(&ops, |ops| {
+            let mut s = store.borrow_mut();
+            for id in &ids {
+                s.release_locks(id.as_str()).unwrap();
+            }
+            let alive = |_: u32, _: Option<u64>| true;
+            for (who, what, on_a) in ops {
+                let path = if on_a { "/a" } else { "/b" };
+                let id = ids[who].as_str();
+                if what == 3 {
+                    s.release_locks(id).unwrap();
+                    continue;
+                }
+                let got = s.acquire_lock(path, id, holds[what], (1, None), &alive).unwrap();
+                let rows: Vec<_> =
+                    s.locks().unwrap().into_iter().filter(|l| l.path == path).collect();
+                match got {
+                    Ok(()) => prop_assert!(rows.iter().any(|l| l.holder == id)),
+                    Err(blockers) => {
+                        prop_assert!(!blockers.is_empty());
+                        prop_assert!(blockers.iter().all(|b| b.holder != id));
+                    }
+                }
+                let exclusive = rows.iter().filter(|l| l.mode == "exclusive").count();
+                prop_assert!(exclusive == 0 || rows.len() == 1, "{rows:?}");
+            }
+            Ok(())
+        })
+        .unwrap();
+}

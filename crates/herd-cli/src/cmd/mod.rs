@@ -12,6 +12,7 @@ mod plan;
 mod select;
 mod signals;
 mod task;
+mod worktrees;
 
 use crate::cli::{Cli, Command};
 use crate::state;
@@ -33,6 +34,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Audit(args) => permissions::audit(paths, args),
         Command::Gc(args) => permissions::gc(paths, args),
         Command::Mcp(args) => mcp::run(paths, args),
+        Command::Worktrees(cmd) => worktrees::run(paths, cmd),
     }
 }
 

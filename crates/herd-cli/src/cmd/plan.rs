@@ -119,7 +119,11 @@ fn dry_run(plan: &Plan, json_out: bool) -> anyhow::Result<u8> {
             .iter()
             .map(|&i| {
                 let s = &plan.steps[i];
-                format!("{} ({})", s.id, s.fields.cli.as_deref().unwrap_or("claude"))
+                let ws = match s.workspace() {
+                    herd_core::workspace::WorkspaceMode::Shared => String::new(),
+                    m => format!(", {m:?}").to_lowercase(),
+                };
+                format!("{} ({}{ws})", s.id, s.fields.cli.as_deref().unwrap_or("claude"))
             })
             .collect();
         writeln!(out, "  layer {}: {}", n + 1, names.join(", "))?;
@@ -150,6 +154,7 @@ async fn run_async(
         overlays,
         permissions,
         id: None,
+        into: a.into.clone(),
     };
     let report = engine.run_plan(&plan, opts, stop_rx, Some(tx)).await;
     let _ = display.await;
@@ -158,6 +163,9 @@ async fn run_async(
         engine.shutdown().await?;
     }
     let report = report?;
+    for w in &report.warnings {
+        eprintln!("herd: {w}");
+    }
     print(&report, a.json)?;
     Ok(match report.status.as_str() {
         "completed" => exit::COMPLETED,
@@ -236,6 +244,7 @@ fn print(r: &PlanReport, json_out: bool) -> anyhow::Result<()> {
             .collect();
         let v = json!({
             "id": r.id, "status": r.status, "steps": steps, "cost_usd": r.cost_usd,
+            "integration_branch": r.integration_branch,
             "usage": {"input_tokens": r.usage.input_tokens, "output_tokens": r.usage.output_tokens},
         });
         writeln!(out, "{v}")?;
@@ -259,6 +268,9 @@ fn print(r: &PlanReport, json_out: bool) -> anyhow::Result<()> {
         )?;
     }
     let done = r.steps.iter().filter(|s| s.status == "completed").count();
+    if let Some(b) = &r.integration_branch {
+        writeln!(out, "isolated steps merged into {b}")?;
+    }
     writeln!(
         out,
         "plan {} {}: {done}/{} steps completed, {} tokens, {}",

@@ -11,8 +11,10 @@ use herd_backends::{BackendKind, RunSpec};
 use herd_core::permission::{
     AutoApproveConfig, GrantKind, GrantSpec, Grants, Rule, Secret, parse_grant_spec,
 };
+use herd_core::workspace::{LockMode, WorkspaceMode};
 use herd_core::{FailureReason, Status, SubagentId};
 use herd_engine::gate::Permissions;
+use herd_engine::workspace::{IsolatedSpec, IsolationPlan, WorkspaceReq};
 use herd_engine::{
     Engine, EngineError, GuardCommand, Progress, StopLevel, TaskReport, TaskRequest,
 };
@@ -26,19 +28,26 @@ use crate::{UsageError, exit, fmt};
 
 pub fn run(paths: StatePaths, args: TaskArgs) -> anyhow::Result<u8> {
     let json_out = args.json;
-    let (req, resume) = prepare(args)?;
+    let Prepared { req, resume, isolate } = prepare(args)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    rt.block_on(run_async(paths, req, json_out, resume))
+    rt.block_on(run_async(paths, req, json_out, resume, isolate))
+}
+
+/// A validated task: the request, and what needs the store or git before it runs.
+pub(crate) struct Prepared {
+    pub req: TaskRequest,
+    pub resume: Option<Resume>,
+    pub isolate: Option<Isolate>,
 }
 
 /// Turn task arguments into a request: the agent definition, the chosen CLI, the validated
 /// flags. A resume is returned for [`apply_resume`] once the store is open. Shared with
 /// `herd mcp`'s `task` tool.
-pub(crate) fn prepare(mut args: TaskArgs) -> anyhow::Result<(TaskRequest, Option<Resume>)> {
+pub(crate) fn prepare(mut args: TaskArgs) -> anyhow::Result<Prepared> {
     let resume = args.resume.clone().map(|id| Resume { id, cwd_given: args.cwd.is_some() });
     let root = crate::state::project_root()?;
     let agent = args.agent.as_deref().map(|n| select::find_agent(&root, n)).transpose()?;
@@ -55,6 +64,7 @@ pub(crate) fn prepare(mut args: TaskArgs) -> anyhow::Result<(TaskRequest, Option
     let flags = select::Flags { timeout: args.timeout.is_some() };
     let inputs = std::mem::take(&mut args.input);
     let perm_args = std::mem::take(&mut args.permissions);
+    let isolate = isolation(&args)?;
     let mut req = request(args)?;
     if let Some(f) = &agent {
         select::apply_agent(&mut req, f, &inputs, &root, &flags)?;
@@ -62,7 +72,51 @@ pub(crate) fn prepare(mut args: TaskArgs) -> anyhow::Result<(TaskRequest, Option
     req.permissions = permissions(perm_args, &root)?;
     // Refused before anything is created: exit 2, INVALID_PERMISSION_CONFIG.
     req.permissions.validate(&req.spec).map_err(UsageError)?;
-    Ok((req, resume))
+    Ok(Prepared { req, resume, isolate })
+}
+
+/// `--workspace isolated` and its options.
+pub(crate) struct Isolate {
+    into: Option<String>,
+    base: Option<String>,
+    setup: Option<String>,
+    auto_commit: bool,
+}
+
+/// Check the workspace flags together: each names the mode it belongs to.
+fn isolation(a: &TaskArgs) -> anyhow::Result<Option<Isolate>> {
+    let usage = |m: &str| anyhow::Error::new(UsageError(m.to_owned()));
+    let mode: WorkspaceMode = match (a.workspace.as_deref(), a.lock.is_some()) {
+        (Some(m), _) => m.parse().map_err(|e: String| usage(&e))?,
+        (None, true) => WorkspaceMode::Locked,
+        (None, false) => WorkspaceMode::Shared,
+    };
+    if a.lock.is_some() && mode != WorkspaceMode::Locked {
+        return Err(usage("--lock is for --workspace locked"));
+    }
+    let isolated_only =
+        a.into.is_some() || a.base.is_some() || a.setup.is_some() || a.no_auto_commit;
+    if isolated_only && mode != WorkspaceMode::Isolated {
+        return Err(usage(
+            "--into, --base, --setup and --no-auto-commit are for --workspace isolated",
+        ));
+    }
+    if a.wait && mode == WorkspaceMode::Isolated {
+        return Err(usage(
+            "--wait is for a shared or locked workspace (an isolated one has its own)",
+        ));
+    }
+    if a.resume.is_some() && mode == WorkspaceMode::Isolated {
+        return Err(usage(
+            "--resume continues in the earlier run's directory; it cannot be isolated",
+        ));
+    }
+    Ok((mode == WorkspaceMode::Isolated).then(|| Isolate {
+        into: a.into.clone(),
+        base: a.base.clone(),
+        setup: a.setup.clone(),
+        auto_commit: !a.no_auto_commit,
+    }))
 }
 
 const DEFAULT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30 * 60);
@@ -167,6 +221,15 @@ fn request(a: TaskArgs) -> anyhow::Result<TaskRequest> {
         timeout: a.timeout.unwrap_or(DEFAULT_TIMEOUT),
         max_output_bytes: a.max_output_kb.map(|kb| kb * 1024),
         permissions: Default::default(),
+        workspace: WorkspaceReq::Shared {
+            lock: match (a.workspace.as_deref(), a.lock.as_deref()) {
+                (_, Some(l)) => Some(l.parse::<LockMode>().map_err(usage)?),
+                (Some("locked"), None) => Some(LockMode::Exclusive),
+                _ => None,
+            },
+            wait: a.wait,
+        },
+        plan_step: None,
     })
 }
 
@@ -245,6 +308,7 @@ async fn run_async(
     mut req: TaskRequest,
     json_out: bool,
     resume: Option<Resume>,
+    isolate: Option<Isolate>,
 ) -> anyhow::Result<u8> {
     let guard = GuardCommand::current_exe().context("cannot find the herd executable")?;
     let engine = Engine::open(paths, guard, "cli")?;
@@ -252,6 +316,10 @@ async fn run_async(
         apply_resume(&engine, &mut req, r)?;
     }
     let id = SubagentId::generate();
+    let iso = match &isolate {
+        Some(i) => Some(isolate_request(&engine, &id, &mut req, i).await?),
+        None => None,
+    };
     let (stop_tx, stop_rx) = watch::channel(StopLevel::None);
     tokio::spawn(super::signals::forward(stop_tx));
     let live = std::io::stderr().is_terminal();
@@ -264,7 +332,7 @@ async fn run_async(
     let (prog_tx, prog_rx) = watch::channel(Progress::default());
     let display =
         live.then(|| tokio::spawn(show_progress(id.clone(), req.backend, prog_rx, paused)));
-    let report = engine.run(id, req, stop_rx, Some(prog_tx)).await;
+    let mut report = engine.run(id, req, stop_rx, Some(prog_tx)).await;
     if let Some(a) = asker {
         a.abort();
     }
@@ -273,13 +341,52 @@ async fn run_async(
         let _ = d.await;
         eprint!("\r\x1b[2K");
     }
+    if let Some((plan, spec)) = &iso {
+        if let Ok(r) = &mut report
+            && r.status == Status::WaitingForMerge
+        {
+            let (status, failure) = engine.merge_and_close(&r.id, spec, plan).await?;
+            r.status = status;
+            r.failure = failure;
+        }
+        if let Some(w) = engine.close_isolation(plan).await? {
+            eprintln!("herd: {w}");
+        }
+    }
     engine.shutdown().await?;
     let report = report.map_err(|e| match e {
         EngineError::InvalidPermissionConfig(m) => anyhow::Error::new(UsageError(m)),
         e => e.into(),
     })?;
-    print_report(&report, json_out, live)?;
+    let ws = iso.as_ref().map(|(p, s)| (p.integration_branch.as_str(), s));
+    print_report(&report, json_out, live, ws)?;
     Ok(exit_code(&report))
+}
+
+/// Put an isolated task in its own worktree: `herd/<id>/task` from `--base` (or HEAD),
+/// merged into `--into` or `herd/<id>/integration`.
+pub(crate) async fn isolate_request(
+    engine: &Engine,
+    id: &SubagentId,
+    req: &mut TaskRequest,
+    i: &Isolate,
+) -> anyhow::Result<(IsolationPlan, IsolatedSpec)> {
+    let plan = engine.open_isolation(&req.cwd, id.as_str(), None, i.into.as_deref()).await?;
+    let base = match &i.base {
+        Some(b) => match plan.resolve_base(b) {
+            Ok(c) => (c, b.clone()),
+            Err(e) => {
+                let _ = engine.close_isolation(&plan).await?;
+                return Err(UsageError(format!("--base {b}: {e}")).into());
+            }
+        },
+        None => (plan.base.clone(), "HEAD".into()),
+    };
+    let spec =
+        plan.spec("task", base, i.setup.clone(), i.auto_commit, &req.spec.prompt, req.timeout);
+    req.cwd = plan.cwd_in(&spec, &req.cwd);
+    req.workspace = WorkspaceReq::Isolated(Box::new(spec.clone()));
+    Ok((plan, spec))
 }
 
 async fn show_progress(
@@ -319,10 +426,15 @@ async fn show_progress(
     }
 }
 
-fn print_report(r: &TaskReport, json_out: bool, live: bool) -> anyhow::Result<()> {
+fn print_report(
+    r: &TaskReport,
+    json_out: bool,
+    live: bool,
+    ws: Option<(&str, &IsolatedSpec)>,
+) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     if json_out {
-        let v = json!({
+        let mut v = json!({
             "id": r.id,
             "status": r.status,
             "failure_reason": r.failure.as_ref().map(ToString::to_string),
@@ -333,6 +445,11 @@ fn print_report(r: &TaskReport, json_out: bool, live: bool) -> anyhow::Result<()
             "cost_usd": r.cost_usd,
             "duration_ms": r.duration_ms,
         });
+        if let Some((into, spec)) = ws {
+            v["integration_branch"] = json!(into);
+            v["branch"] = json!(spec.branch);
+            v["worktree"] = json!(spec.path);
+        }
         writeln!(out, "{v}")?;
     } else if let Some(text) = r.result.as_ref().filter(|t| !t.is_empty()) {
         writeln!(out, "{text}")?;

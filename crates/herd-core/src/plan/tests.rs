@@ -133,3 +133,42 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn workspace_fields_default_merge_and_are_checked_against_their_mode() {
+    let src = "worktree_root: ../wt\ninto: feature/x\n\
+        defaults: {workspace: isolated, setup: make deps}\nsteps:\n\
+        \x20 - {id: a, prompt: go}\n\
+        \x20 - {id: b, prompt: go, workspace: shared, setup: null}\n\
+        \x20 - {id: c, prompt: go, workspace: locked, lock: shared, wait: true}\n\
+        \x20 - {id: d, prompt: go, base: main, auto_commit: false}\n";
+    // A step leaving the defaults' isolation keeps its setup: that is an error, by field.
+    let errs = problems(src);
+    assert_eq!(errs.len(), 2, "{errs:?}");
+    assert!(errs[0].contains("steps[1] (b).setup: only for workspace: isolated"), "{errs:?}");
+    assert!(errs[1].contains("steps[2] (c).setup: only for workspace: isolated"), "{errs:?}");
+    let ok = src.replace(
+        "defaults: {workspace: isolated, setup: make deps}",
+        "defaults: {workspace: isolated}",
+    );
+    let p = Plan::from_source("plan.yml", &ok).unwrap();
+    let modes: Vec<WorkspaceMode> = p.steps.iter().map(Step::workspace).collect();
+    use WorkspaceMode::*;
+    assert_eq!(modes, [Isolated, Shared, Locked, Isolated]);
+    assert_eq!((p.into.as_deref(), p.worktree_root.as_deref()), (Some("feature/x"), Some("../wt")));
+    assert_eq!(p.steps[2].fields.lock, Some(LockMode::Shared));
+    assert_eq!(p.steps[3].fields.auto_commit, Some(false));
+    // `lock` alone means locked; with another mode it is an error; unknown values name the field.
+    let p =
+        Plan::from_source("p.yml", "steps:\n  - {id: a, prompt: go, lock: exclusive}\n").unwrap();
+    assert_eq!(p.steps[0].workspace(), Locked);
+    let errs = problems(
+        "steps:\n  - {id: a, prompt: go, workspace: isolated, lock: shared, wait: true}\n",
+    );
+    assert!(errs.iter().any(|e| e.contains("(a).lock: only for workspace: locked")), "{errs:?}");
+    assert!(errs.iter().any(|e| e.contains("(a).wait: an isolated step")), "{errs:?}");
+    let errs = problems("steps:\n  - {id: a, prompt: go, workspace: sandbox}\n");
+    assert!(errs[0].contains("sandbox"), "{errs:?}");
+    let errs = problems("into: \"\"\nsteps:\n  - {id: a, prompt: go}\n");
+    assert!(errs[0].contains("into"), "{errs:?}");
+}

@@ -9,12 +9,14 @@ use std::time::Duration;
 use herd_core::plan::Plan;
 use herd_core::{AgentEvent, Status, SubagentId, Usage};
 use herd_engine::plan::PlanOptions;
+use herd_engine::workspace::{IsolatedSpec, IsolationPlan};
 use herd_engine::{Engine, EngineError, StopLevel, TaskRequest};
 use herd_store::{SubagentRow, Update, now_ms};
 use serde_json::{Value, json};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, watch};
 
 use super::log::Log;
+use crate::cmd::task::{self, Isolate};
 
 /// A tool call that cannot be carried out; its message goes back to the model as a tool error.
 #[derive(Debug)]
@@ -126,12 +128,27 @@ impl Jobs {
     /// outcome once it ends.
     pub async fn submit_task(
         &self,
-        req: TaskRequest,
+        mut req: TaskRequest,
+        isolate: Option<Isolate>,
         background: bool,
     ) -> Result<(SubagentId, Done), ToolError> {
         let admission = self.admit()?;
         let id = SubagentId::generate();
-        self.engine.create_run(&id, &req).await?;
+        // An isolated task gets its worktree first: the run is recorded with its real cwd.
+        let iso = match &isolate {
+            Some(i) => Some(
+                task::isolate_request(&self.engine, &id, &mut req, i)
+                    .await
+                    .map_err(|e| ToolError(format!("{e:#}")))?,
+            ),
+            None => None,
+        };
+        if let Err(e) = self.engine.create_run(&id, &req).await {
+            if let Some((plan, _)) = &iso {
+                let _ = self.engine.close_isolation(plan).await;
+            }
+            return Err(e.into());
+        }
         // Taken now, in call order: a task that gets no slot is `queued` before this returns.
         let permit = Arc::clone(&self.slots).try_acquire_owned().ok();
         if permit.is_none() {
@@ -155,17 +172,20 @@ impl Jobs {
         );
         let task_id = id.clone();
         tokio::spawn(async move {
-            let outcome =
-                match run_task(&engine, permit, slots, task_id.clone(), req, stop_rx).await {
-                    Ok(status) => {
-                        log.line(format_args!("task {task_id} {status}"));
-                        Outcome::Ended
-                    }
-                    Err(e) => {
-                        log.line(format_args!("task {task_id} error: {e}"));
-                        Outcome::Error(e)
-                    }
-                };
+            let mut ended = run_task(&engine, permit, slots, task_id.clone(), req, stop_rx).await;
+            if let Some((plan, spec)) = &iso {
+                ended = merge_isolated(&engine, &task_id, ended, plan, spec, &log).await;
+            }
+            let outcome = match ended {
+                Ok(status) => {
+                    log.line(format_args!("task {task_id} {status}"));
+                    Outcome::Ended
+                }
+                Err(e) => {
+                    log.line(format_args!("task {task_id} error: {e}"));
+                    Outcome::Error(e)
+                }
+            };
             drop(admission);
             done_tx.send_replace(Some(Arc::new(outcome)));
             changed.notify_waiters();
@@ -284,12 +304,65 @@ impl Jobs {
             }));
         }
         let row = self.row(&key)?;
-        Ok(json!({
+        let mut v = json!({
             "id": row.id, "kind": "task", "description": row.name, "cli": row.cli,
             "status": row.status, "failure_reason": row.failure_reason,
             "background": background, "duration_ms": row.duration_ms(),
             "cost_usd": row.cost_usd, "usage": usage(&row.usage),
-        }))
+        });
+        self.add_task_details(&row, &mut v)?;
+        Ok(v)
+    }
+
+    /// A task's tool calls waiting for `approve`, and its worktree when it is isolated.
+    fn add_task_details(&self, row: &SubagentRow, v: &mut Value) -> Result<(), ToolError> {
+        let store = self.engine.store();
+        if !row.status.is_terminal() {
+            let now = now_ms();
+            let pending: Vec<Value> = store
+                .pending_requests(Some(row.id.as_str()))?
+                .into_iter()
+                .map(|r| {
+                    json!({
+                        "request_id": r.id, "tool": r.tool, "input": r.input_preview,
+                        "expires_in_s": (r.expires_at - now).max(0) / 1000,
+                    })
+                })
+                .collect();
+            if !pending.is_empty() {
+                v["pending_permissions"] = pending.into();
+            }
+        }
+        if let Some(w) = store.worktree_of(row.id.as_str())? {
+            v["workspace"] = json!({
+                "worktree": w.path, "branch": w.branch, "integration_branch": w.integration_branch,
+                "merge_status": w.status,
+            });
+        }
+        Ok(())
+    }
+
+    /// Answer a pending permission request of one of the tasks (first answer wins).
+    pub fn answer(
+        &self,
+        request: &str,
+        allow: bool,
+        always: bool,
+        reason: Option<String>,
+    ) -> Result<Value, ToolError> {
+        let mut store = self.engine.store();
+        let id = store.resolve_request(request)?;
+        let by = format!("mcp client (herd mcp pid {})", std::process::id());
+        match store.answer_request(&id, allow, always, reason.as_deref(), &by)? {
+            herd_store::Answered::Decided => {
+                let decision = if allow { "allowed" } else { "denied" };
+                self.log.line(format_args!("request {id} {decision}"));
+                Ok(json!({"request_id": id, "decision": decision}))
+            }
+            herd_store::Answered::AlreadyDecided(status) => {
+                Err(ToolError(format!("{id} was already decided ({status}); nothing changed")))
+            }
+        }
     }
 
     fn row(&self, key: &str) -> Result<SubagentRow, ToolError> {
@@ -337,12 +410,14 @@ impl Jobs {
         }
         let row = self.row(&key)?;
         let transcript = self.engine.paths().transcripts().join(format!("{}.jsonl", row.id));
-        Ok(json!({
+        let mut v = json!({
             "session_id": row.id, "status": row.status, "failure_reason": row.failure_reason,
             "output": row.result.clone().unwrap_or_default(), "output_truncated": row.result_truncated,
             "duration_ms": row.duration_ms(), "usage": usage(&row.usage), "cost_usd": row.cost_usd,
             "num_turns": row.num_turns, "transcript": transcript,
-        }))
+        });
+        self.add_task_details(&row, &mut v)?;
+        Ok(v)
     }
 
     /// Wait until any or all of `ids` ended, or `timeout` passed; their statuses either way.
@@ -457,6 +532,30 @@ async fn run_task(
     let report = engine.start_run(id, req, stop, None).await;
     drop(permit);
     report.map(|r| r.status).map_err(|e| e.to_string())
+}
+
+/// An isolated task that succeeded is merged into its integration branch (a conflict fails it,
+/// its branch kept); the integration worktree is closed either way.
+async fn merge_isolated(
+    engine: &Engine,
+    id: &SubagentId,
+    ended: Result<Status, String>,
+    plan: &IsolationPlan,
+    spec: &IsolatedSpec,
+    log: &Log,
+) -> Result<Status, String> {
+    let ended = match ended {
+        Ok(Status::WaitingForMerge) => {
+            engine.merge_and_close(id, spec, plan).await.map(|(s, _)| s).map_err(|e| e.to_string())
+        }
+        other => other,
+    };
+    match engine.close_isolation(plan).await {
+        Ok(Some(w)) => log.line(format_args!("task {id}: {w}")),
+        Ok(None) => {}
+        Err(e) => log.line(format_args!("task {id}: closing its integration worktree: {e}")),
+    }
+    ended
 }
 
 /// Record a task that never started as cancelled.

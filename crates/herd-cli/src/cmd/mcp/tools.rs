@@ -64,8 +64,30 @@ pub struct TaskParams {
     /// Give up after this many seconds (1-7200; default: the agent's, else 1800).
     #[schemars(range(min = 1, max = 7200))]
     pub timeout_s: Option<u64>,
-    // Issue 5 (worktrees) adds `workspace` and issue 6 (permission gate) `auto_approve` here;
-    // map them onto TaskArgs in `task_args` below.
+    #[doc = "Where the subagent works: \"shared\" (cwd as is; the default), \"locked\" (an \
+    exclusive advisory lock on cwd's working tree: another locked task fails with \
+    RESOURCE_EXHAUSTED unless wait: true) or \"isolated\" (its own git worktree and branch \
+    from HEAD, merged into herd/<session_id>/integration when it succeeds; your checkout is \
+    not touched, and the result names the branches)."]
+    pub workspace: Option<WorkspaceParam>,
+    /// With workspace "locked": wait for the lock instead of failing at once.
+    pub wait: Option<bool>,
+    /// Rules for tool calls that always wait for a person (answered with `approve`).
+    pub ask: Option<Vec<String>>,
+    #[doc = "Let herd approve the subagent's calls to its `tools` that no rule decides, within \
+    limits (per minute: 60 tool calls, 20 Bash calls, 30 file writes; 1000 calls and 1 hour \
+    in all). Needs `tools`. Without it, an undecided call waits for `approve` (2 minutes), \
+    then is denied."]
+    pub auto_approve: Option<bool>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+#[schemars(inline)]
+pub enum WorkspaceParam {
+    Shared,
+    Locked,
+    Isolated,
 }
 
 impl TaskParams {
@@ -93,6 +115,9 @@ impl TaskParams {
         if self.max_turns.is_some_and(|t| !(1..=10_000).contains(&t)) {
             return Err(ToolError("max_turns: out of range (1-10000)".into()));
         }
+        if self.wait.is_some() && !matches!(self.workspace, Some(WorkspaceParam::Locked)) {
+            return Err(ToolError("wait: only with workspace \"locked\"".into()));
+        }
         if self.session_id.is_some() && self.agent_name.is_some() {
             return Err(ToolError(
                 "session_id continues an earlier task as it was; leave out agent_name".into(),
@@ -115,7 +140,25 @@ impl TaskParams {
             env: Vec::new(),
             max_output_kb: None,
             json: false,
-            permissions: Default::default(),
+            permissions: crate::cli::PermissionArgs {
+                ask: self.ask.unwrap_or_default(),
+                auto_approve: self.auto_approve.unwrap_or(false),
+                ..Default::default()
+            },
+            workspace: self.workspace.map(|w| {
+                match w {
+                    WorkspaceParam::Shared => "shared",
+                    WorkspaceParam::Locked => "locked",
+                    WorkspaceParam::Isolated => "isolated",
+                }
+                .to_owned()
+            }),
+            lock: None,
+            wait: self.wait.unwrap_or(false),
+            into: None,
+            base: None,
+            setup: None,
+            no_auto_commit: false,
             command: Vec::new(),
         })
     }
@@ -167,6 +210,27 @@ pub struct CancelParams {
     pub id: String,
     /// Kill at once instead of stopping gracefully (interrupt, then SIGTERM, then SIGKILL).
     pub force: Option<bool>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ApproveParams {
+    /// The pending request's id (perm_…), from task_status's pending_permissions.
+    pub request_id: String,
+    /// "allow" runs the call; "deny" refuses it (the subagent's model sees the reason).
+    pub decision: Decision,
+    /// Why (for a deny, shown to the subagent's model).
+    pub reason: Option<String>,
+    /// With allow: also allow the same call (tool and input) for the rest of that task.
+    pub always: Option<bool>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+#[schemars(inline)]
+pub enum Decision {
+    Allow,
+    Deny,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -316,8 +380,19 @@ impl Server {
         self.logged("run_plan", r)
     }
 
-    // Issue 6 adds the `approve` tool here: {request_id, decision, reason?} for pending
-    // permission requests of background tasks, answered through the engine's gate.
+    #[tool(description = "Answer a tool call a subagent is waiting on (listed under \
+        pending_permissions in task_status): decision \"allow\" or \"deny\" with an optional \
+        reason. The first answer wins, whether from here or from `herd approve` in a terminal; \
+        unanswered calls are denied when they time out. Every answer is audited.")]
+    async fn approve(&self, Parameters(p): Parameters<ApproveParams>) -> CallToolResult {
+        let allow = matches!(p.decision, Decision::Allow);
+        if !allow && p.always.is_some() {
+            let r = Err(ToolError("always: only with decision \"allow\"".into()));
+            return self.logged("approve", r);
+        }
+        let r = self.jobs.answer(&p.request_id, allow, p.always.unwrap_or(false), p.reason);
+        self.logged("approve", r)
+    }
 }
 
 impl Server {
@@ -332,14 +407,15 @@ impl Server {
             return Err(ToolError("description: give a short label for the task".into()));
         }
         let args = p.task_args()?;
-        let (mut req, resume) = task::prepare(args).map_err(anyhow_err)?;
+        let task::Prepared { mut req, resume, isolate } =
+            task::prepare(args).map_err(anyhow_err)?;
         if let Some(r) = &resume {
             task::apply_resume(self.jobs.engine(), &mut req, r).map_err(anyhow_err)?;
         }
         if req.name.is_none() {
             req.name = Some(description);
         }
-        let (id, done) = self.jobs.submit_task(req, background).await?;
+        let (id, done) = self.jobs.submit_task(req, isolate, background).await?;
         let id = id.to_string();
         if background {
             let mut v = self.jobs.status_of(&id)?;
@@ -376,6 +452,7 @@ impl Server {
             overlays,
             permissions: crate::cmd::select::project_permissions().map_err(anyhow_err)?,
             id: None,
+            into: None,
         };
         let background = p.background.unwrap_or(false);
         let (id, done) = self.jobs.submit_plan(plan, opts, background).await?;

@@ -1,0 +1,189 @@
+//! The `git` binary as herd's only way into a repository: machine-readable flags in, git's own
+//! error text out (verbatim, with the command that produced it).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+/// A git command that failed; `stderr` is git's text, unchanged.
+#[derive(Debug, thiserror::Error)]
+pub enum GitError {
+    #[error("`git {args}` in {dir} failed (exit {code}):\n{stderr}")]
+    Failed { args: String, dir: String, code: i32, stderr: String, stdout: String },
+    #[error("cannot run git (is it installed?): {0}")]
+    Spawn(std::io::Error),
+}
+
+/// `git -C <dir> …`.
+#[derive(Debug, Clone)]
+pub struct Git {
+    dir: PathBuf,
+}
+
+impl Git {
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        Self { dir: dir.into() }
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut c = Command::new("git");
+        c.arg("-C").arg(&self.dir).args(args);
+        c.env("GIT_TERMINAL_PROMPT", "0").stdin(Stdio::null());
+        c
+    }
+
+    fn output(&self, args: &[&str]) -> Result<Output, GitError> {
+        self.command(args).output().map_err(GitError::Spawn)
+    }
+
+    fn failed(&self, args: &[&str], out: &Output) -> GitError {
+        GitError::Failed {
+            args: args.join(" "),
+            dir: self.dir.display().to_string(),
+            code: out.status.code().unwrap_or(-1),
+            stderr: String::from_utf8_lossy(&out.stderr).trim_end().to_owned(),
+            stdout: String::from_utf8_lossy(&out.stdout).trim_end().to_owned(),
+        }
+    }
+
+    /// Run `git args`; stdout on success.
+    pub fn run(&self, args: &[&str]) -> Result<String, GitError> {
+        let out = self.output(args)?;
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        } else {
+            Err(self.failed(args, &out))
+        }
+    }
+
+    /// Run a yes/no query: exit 0 is yes, exit 1 is no, anything else an error.
+    pub fn test(&self, args: &[&str]) -> Result<bool, GitError> {
+        let out = self.output(args)?;
+        match out.status.code() {
+            Some(0) => Ok(true),
+            Some(1) => Ok(false),
+            _ => Err(self.failed(args, &out)),
+        }
+    }
+
+    /// The top of the working tree that holds `dir`.
+    pub fn toplevel(&self) -> Result<PathBuf, GitError> {
+        Ok(PathBuf::from(self.run(&["rev-parse", "--show-toplevel"])?.trim_end()))
+    }
+
+    /// The commit a revision names.
+    pub fn commit_of(&self, rev: &str) -> Result<String, GitError> {
+        let spec = format!("{rev}^{{commit}}");
+        Ok(self
+            .run(&["rev-parse", "--verify", "--quiet", "--end-of-options", &spec])
+            .map_err(|e| match e {
+                GitError::Failed { args, dir, code, stdout, .. } => GitError::Failed {
+                    args,
+                    dir,
+                    code,
+                    stdout,
+                    stderr: format!("fatal: {rev:?} does not name a commit"),
+                },
+                other => other,
+            })?
+            .trim()
+            .to_owned())
+    }
+
+    pub fn branch_exists(&self, branch: &str) -> Result<bool, GitError> {
+        self.test(&["show-ref", "--verify", "--quiet", &format!("refs/heads/{branch}")])
+    }
+
+    /// Is `ancestor` reachable from `tip`?
+    pub fn is_ancestor(&self, ancestor: &str, tip: &str) -> Result<bool, GitError> {
+        self.test(&["merge-base", "--is-ancestor", ancestor, tip])
+    }
+
+    /// Paths with uncommitted changes (tracked or untracked), from `status --porcelain -z`.
+    pub fn dirty_paths(&self) -> Result<Vec<String>, GitError> {
+        let out = self.run(&["status", "--porcelain=v1", "-z", "--untracked-files=all"])?;
+        let mut paths = Vec::new();
+        let mut fields = out.split('\0').filter(|f| !f.is_empty());
+        while let Some(f) = fields.next() {
+            let (code, path) = f.split_at(f.len().min(3));
+            paths.push(path.to_owned());
+            // A rename or copy carries its source path as the next field.
+            if code.starts_with('R') || code.starts_with('C') {
+                fields.next();
+            }
+        }
+        Ok(paths)
+    }
+
+    /// `-c user.name/-c user.email` when git has no identity configured (a fresh HOME, CI):
+    /// herd commits must not fail for that. A configured identity is always used as is.
+    pub fn identity_args(&self) -> Vec<String> {
+        if self.run(&["var", "GIT_COMMITTER_IDENT"]).is_ok()
+            && self.run(&["var", "GIT_AUTHOR_IDENT"]).is_ok()
+        {
+            return Vec::new();
+        }
+        ["-c", "user.name=herd", "-c", "user.email=herd@localhost"].map(String::from).to_vec()
+    }
+
+    /// Commit everything in the working tree (`add -A`); `None` when there was nothing to commit.
+    pub fn commit_all(&self, message: &str) -> Result<Option<String>, GitError> {
+        if self.dirty_paths()?.is_empty() {
+            return Ok(None);
+        }
+        self.run(&["add", "-A"])?;
+        let ident = self.identity_args();
+        let mut args: Vec<&str> = ident.iter().map(String::as_str).collect();
+        args.extend(["commit", "--quiet", "-m", message]);
+        self.run(&args)?;
+        Ok(Some(self.commit_of("HEAD")?))
+    }
+
+    /// Files with unresolved conflicts.
+    pub fn conflicted(&self) -> Result<Vec<String>, GitError> {
+        let out = self.run(&["diff", "--name-only", "--diff-filter=U", "-z"])?;
+        Ok(out.split('\0').filter(|s| !s.is_empty()).map(str::to_owned).collect())
+    }
+}
+
+/// How merging one branch went.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Merge {
+    /// Merged; the merge commit.
+    Merged(String),
+    /// Conflicted; the merge was aborted. Git's output and the conflicted files.
+    Conflict { files: Vec<String>, output: String },
+}
+
+impl Git {
+    /// Merge `branch` into the checked-out branch with a merge commit (`--no-ff`, so the
+    /// integration branch's first-parent history lists the steps in merge order). A conflict
+    /// is aborted at once, leaving the working tree as it was.
+    pub fn merge(&self, branch: &str, message: &str) -> Result<Merge, GitError> {
+        let ident = self.identity_args();
+        let mut args: Vec<&str> = ident.iter().map(String::as_str).collect();
+        args.extend(["merge", "--no-ff", "--no-edit", "-m", message, "--end-of-options", branch]);
+        let out = self.output(&args)?;
+        if out.status.success() {
+            return Ok(Merge::Merged(self.commit_of("HEAD")?));
+        }
+        let files = self.conflicted()?;
+        let output = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // Only abort a merge that is in progress (MERGE_HEAD); anything else is git's error.
+        let in_progress = self.test(&["rev-parse", "--verify", "--quiet", "MERGE_HEAD"])?;
+        if in_progress {
+            self.run(&["merge", "--abort"])?;
+        }
+        if files.is_empty() && !in_progress {
+            return Err(self.failed(&args, &out));
+        }
+        Ok(Merge::Conflict { files, output: output.trim_end().to_owned() })
+    }
+}
