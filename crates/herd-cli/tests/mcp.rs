@@ -225,6 +225,131 @@ async fn background_tasks_share_the_pool_and_can_be_waited_for_and_cancelled() {
     c.cancel().await.unwrap();
 }
 
+/// The first pending permission request task_status lists for `id`, once there is one.
+async fn pending_request(c: &Client, id: &str) -> Value {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let v = ok(c, "task_status", json!({"ids": [id]})).await;
+        if let Some(p) = v["tasks"][0]["pending_permissions"].as_array().and_then(|a| a.first()) {
+            return p.clone();
+        }
+        assert!(std::time::Instant::now() < deadline, "no pending request: {v}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_background_tasks_tool_calls_are_answered_with_the_approve_tool() {
+    let w = world_or_skip!();
+    let (yes, no) = (w.work.join("approved.txt"), w.work.join("denied.txt"));
+    MockServer::shared().script(
+        "mcp_approve",
+        Script::new()
+            .tool_use(
+                "Bash",
+                json!({"command": format!("touch {}", yes.display()), "description": "a"}),
+            )
+            .tool_use(
+                "Bash",
+                json!({"command": format!("touch {}", no.display()), "description": "b"}),
+            )
+            .text("done: {{last_tool_result}}"),
+    );
+    let c = connect(&w, &[]).await;
+    // No rule decides Bash and auto-approve is off: every call waits for a person.
+    let v = ok(
+        &c,
+        "task",
+        json!({"description": "ask twice", "prompt": "SCENARIO=mcp_approve go", "tools": ["Bash"],
+               "background": true}),
+    )
+    .await;
+    let id = v["session_id"].as_str().unwrap().to_owned();
+    let first = pending_request(&c, &id).await;
+    assert_eq!(first["tool"], "Bash", "{first}");
+    assert!(first["input"].as_str().unwrap().contains("approved.txt"), "{first}");
+    assert!(first["expires_in_s"].as_i64().unwrap() > 0, "{first}");
+    let req = first["request_id"].as_str().unwrap().to_owned();
+    let e =
+        err(&c, "approve", json!({"request_id": req, "decision": "deny", "always": true})).await;
+    assert!(e.contains("always: only with decision"), "{e}");
+    let a = ok(&c, "approve", json!({"request_id": req, "decision": "allow"})).await;
+    assert_eq!(a["decision"], "allowed", "{a}");
+    // First answer wins: a second answer changes nothing.
+    let e = err(&c, "approve", json!({"request_id": req, "decision": "deny"})).await;
+    assert!(e.contains("already decided (approved)"), "{e}");
+
+    let second = pending_request(&c, &id).await;
+    assert_ne!(second["request_id"], req.as_str());
+    let req2 = second["request_id"].as_str().unwrap();
+    ok(&c, "approve", json!({"request_id": req2, "decision": "deny", "reason": "not that one"}))
+        .await;
+    let v = ok(&c, "task_wait", json!({"ids": [id], "timeout_s": 60})).await;
+    assert_eq!(v["tasks"][0]["status"], "completed", "{v}");
+    let r = ok(&c, "task_result", json!({"id": id})).await;
+    assert!(r["output"].as_str().unwrap().contains("not that one"), "{r}");
+    assert!(r.get("pending_permissions").is_none(), "{r}");
+    assert!(yes.exists(), "the approved call did not run");
+    assert!(!no.exists(), "the denied call ran");
+    let e = err(&c, "approve", json!({"request_id": "perm_nosuch", "decision": "allow"})).await;
+    assert!(e.contains("perm_nosuch"), "{e}");
+    c.cancel().await.unwrap();
+
+    // Both answers are audited as the MCP client's.
+    let out = w.run(&["audit", "--subagent", &id, "--json"]);
+    let rows: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|r: &Value| r["event_type"] == "permission_decision")
+        .collect();
+    assert_eq!(rows.len(), 2, "{rows:#?}");
+    assert_eq!(rows[0]["decision"], "allow");
+    assert_eq!(rows[1]["decision"], "deny");
+    for r in &rows {
+        assert!(r["decided_by"].as_str().unwrap().contains("mcp client"), "{r}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_isolated_task_works_in_its_own_worktree_and_is_merged() {
+    let w = world_or_skip!();
+    let head = common::init_repo(&w);
+    MockServer::shared().script(
+        "mcp_iso",
+        Script::new()
+            .tool_use("Bash", json!({"command": "echo M > m.txt && pwd", "description": "w"}))
+            .text("done: {{last_tool_result}}"),
+    );
+    let c = connect(&w, &[]).await;
+    let e = err(
+        &c,
+        "task",
+        json!({"description": "x", "prompt": "p", "workspace": "isolated", "wait": true}),
+    )
+    .await;
+    assert!(e.contains("wait: only with workspace"), "{e}");
+    let v = ok(
+        &c,
+        "task",
+        json!({"description": "isolated write", "prompt": "SCENARIO=mcp_iso go",
+               "workspace": "isolated", "allow": ["Bash"]}),
+    )
+    .await;
+    assert_eq!(v["status"], "completed", "{v}");
+    let id = v["session_id"].as_str().unwrap();
+    let ws = &v["workspace"];
+    let integ = format!("herd/{id}/integration");
+    assert_eq!(ws["integration_branch"], integ.as_str(), "{v}");
+    assert_eq!(ws["merge_status"], "merged", "{v}");
+    // The agent ran in the worktree, not in the checkout.
+    let worktree = ws["worktree"].as_str().unwrap();
+    assert!(v["output"].as_str().unwrap().contains(worktree), "{v}");
+    assert_eq!(common::git(&w.work, &["show", &format!("{integ}:m.txt")]), "M\n");
+    assert!(!w.work.join("m.txt").exists());
+    assert_eq!(common::git(&w.work, &["rev-parse", "HEAD"]).trim(), head);
+    c.cancel().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plan_runs_through_the_run_plan_tool() {
     let w = world_or_skip!();

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::{World, procs_with_cmdline, wait_until};
+use common::{World, git, init_repo, procs_with_cmdline, wait_until};
 use herd_testkit::{MockServer, Script};
 use serde_json::{Value, json};
 
@@ -20,33 +20,6 @@ macro_rules! world_or_skip {
         }
         w
     }};
-}
-
-/// `git ARGS` in `dir` with a test identity; stdout, asserting success.
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = std::process::Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_AUTHOR_NAME", "t")
-        .env("GIT_AUTHOR_EMAIL", "t@t")
-        .env("GIT_COMMITTER_NAME", "t")
-        .env("GIT_COMMITTER_EMAIL", "t@t")
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// Make the world's work dir a repository with one commit (`base.txt` = "line").
-fn init_repo(w: &World) -> String {
-    git(&w.work, &["init", "-q", "-b", "main"]);
-    std::fs::write(w.work.join("base.txt"), "line\n").unwrap();
-    std::fs::write(w.work.join(".gitignore"), ".env\n").unwrap();
-    std::fs::write(w.work.join(".env"), "SECRET=1\n").unwrap();
-    std::fs::write(w.work.join(".worktreeinclude"), ".env\n").unwrap();
-    git(&w.work, &["add", "base.txt", ".gitignore", ".worktreeinclude"]);
-    git(&w.work, &["commit", "-qm", "init"]);
-    git(&w.work, &["rev-parse", "HEAD"]).trim().to_owned()
 }
 
 /// A scenario whose one Bash call runs `cmd`, then (after `delay`) says done.

@@ -148,3 +148,30 @@ pub fn wait_until(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
     }
     f()
 }
+
+/// `git ARGS` in `dir` with a test identity; stdout, asserting success.
+pub fn git(dir: &Path, args: &[&str]) -> String {
+    let out = std::process::Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_AUTHOR_NAME", "t")
+        .env("GIT_AUTHOR_EMAIL", "t@t")
+        .env("GIT_COMMITTER_NAME", "t")
+        .env("GIT_COMMITTER_EMAIL", "t@t")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Make the world's work dir a repository with one commit (`base.txt` = "line").
+pub fn init_repo(w: &World) -> String {
+    git(&w.work, &["init", "-q", "-b", "main"]);
+    std::fs::write(w.work.join("base.txt"), "line\n").unwrap();
+    std::fs::write(w.work.join(".gitignore"), ".env\n").unwrap();
+    std::fs::write(w.work.join(".env"), "SECRET=1\n").unwrap();
+    std::fs::write(w.work.join(".worktreeinclude"), ".env\n").unwrap();
+    git(&w.work, &["add", "base.txt", ".gitignore", ".worktreeinclude"]);
+    git(&w.work, &["commit", "-qm", "init"]);
+    git(&w.work, &["rev-parse", "HEAD"]).trim().to_owned()
+}
