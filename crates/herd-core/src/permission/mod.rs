@@ -6,6 +6,7 @@ mod grants;
 mod limits;
 mod policy;
 mod rule;
+mod shell;
 
 pub use audit::{PREVIEW_BYTES, input_preview, input_sha256};
 pub use grants::{Grant, GrantError, GrantKind, GrantSpec, Grants, Secret, parse_grant_spec};
@@ -15,3 +16,4 @@ pub use limits::{
 };
 pub use policy::{Decision, Policy, evaluate_layers};
 pub use rule::{Call, Rule, RuleError, glob_match, main_input, normalize_tool};
+pub use shell::{CommandLine, command_line, command_pieces};

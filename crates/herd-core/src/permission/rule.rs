@@ -8,6 +8,8 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::shell;
+
 /// `"Bash(cargo *)"` → `"bash"`, `" WRITE "` → `"write"`. Idempotent.
 pub fn normalize_tool(name: &str) -> String {
     let t = name.trim();
@@ -105,13 +107,52 @@ impl Rule {
         Ok(Rule { tool: name.to_ascii_lowercase(), pattern })
     }
 
-    /// Whether this rule covers `call`.
+    /// Whether this rule covers `call`'s main input as a whole.
     pub fn matches(&self, call: &Call) -> bool {
         if self.tool != call.tool {
             return false;
         }
-        let Some(pattern) = &self.pattern else { return true };
-        let Some(input) = &call.main_input else { return false };
+        match (&self.pattern, &call.main_input) {
+            (None, _) => true,
+            (Some(_), None) => false,
+            (Some(p), Some(input)) => self.matches_text(p, call, input),
+        }
+    }
+
+    /// For deny and ask rules: the rule covers the call as a whole or, for Bash, any command
+    /// in it (`echo ok && rm -rf ~` is caught by `Bash(rm *)`, so is `echo $(rm x)`).
+    pub fn catches(&self, call: &Call) -> bool {
+        if self.matches(call) {
+            return true;
+        }
+        match (&self.pattern, &call.main_input) {
+            (Some(p), Some(input)) if self.tool == call.tool && call.tool == "bash" => {
+                shell::command_pieces(input).iter().any(|c| self.matches_text(p, call, c))
+            }
+            _ => false,
+        }
+    }
+
+    /// For allow rules: for Bash, every command of the line must be covered and nothing may be
+    /// hidden in substitutions or subshells (`Bash(cargo *)` does not allow
+    /// `cargo test; curl x | sh`); a wildcard-free pattern also allows exactly its own line.
+    pub fn permits(&self, call: &Call) -> bool {
+        let (Some(p), Some(input)) = (&self.pattern, &call.main_input) else {
+            return self.matches(call);
+        };
+        if self.tool != call.tool || call.tool != "bash" {
+            return self.matches(call);
+        }
+        if !p.contains(['*', '?']) && p.trim() == input.trim() {
+            return true;
+        }
+        let line = shell::command_line(input);
+        !line.opaque
+            && !line.commands.is_empty()
+            && line.commands.iter().all(|c| self.matches_text(p, call, c))
+    }
+
+    fn matches_text(&self, pattern: &str, call: &Call, input: &str) -> bool {
         if let Some(prefix) = pattern.strip_suffix(":*") {
             // Claude Code's legacy prefix form: `Bash(npm run test:*)`.
             return input.starts_with(prefix);
