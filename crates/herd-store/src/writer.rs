@@ -229,6 +229,30 @@ impl WriterHandle {
     }
 }
 
+/// Store `events` of `id` in order; serialized here, since the producer (decoding) is the
+/// busier side.
+fn append_events(
+    tx: &rusqlite::Transaction<'_>,
+    seqs: &mut HashMap<SubagentId, i64>,
+    id: &SubagentId,
+    ts: i64,
+    events: Vec<Decoded>,
+    published: &mut Vec<StoredEvent>,
+) -> Result<()> {
+    for d in events {
+        let seq = next_seq(tx, seqs, id)?;
+        insert_event(tx, id, seq, ts, &d)?;
+        published.push(StoredEvent {
+            subagent_id: id.clone(),
+            seq,
+            ts,
+            parent_tool_use_id: d.parent_tool_use_id,
+            event: d.event,
+        });
+    }
+    Ok(())
+}
+
 fn run(
     mut conn: rusqlite::Connection,
     mut rx: mpsc::Receiver<Cmd>,
@@ -253,17 +277,19 @@ fn run(
             for cmd in batch.drain(..) {
                 match cmd {
                     Cmd::Append { id, ts, events } => {
-                        // Serialized here: the producer (decoding) is the busier side.
-                        for d in events {
-                            let seq = next_seq(&tx, &mut seqs, &id)?;
-                            insert_event(&tx, &id, seq, ts, &d)?;
-                            published.push(StoredEvent {
-                                subagent_id: id.clone(),
-                                seq,
-                                ts,
-                                parent_tool_use_id: d.parent_tool_use_id,
-                                event: d.event,
-                            });
+                        // In its own savepoint: events that cannot be stored (an unknown
+                        // subagent) must not take the rest of the batch down with them.
+                        tx.execute_batch("SAVEPOINT app")?;
+                        let before = published.len();
+                        match append_events(&tx, &mut seqs, &id, ts, events, &mut published) {
+                            Ok(()) => tx.execute_batch("RELEASE app")?,
+                            Err(e) => {
+                                tx.execute_batch("ROLLBACK TO app; RELEASE app")?;
+                                published.truncate(before);
+                                seqs.remove(&id);
+                                let msg = format!("events of {id} not stored: {e}");
+                                pending_error.get_or_insert(msg);
+                            }
                         }
                     }
                     Cmd::Update { id, update, ack } => {

@@ -82,6 +82,38 @@ async fn events_are_ordered_persisted_then_published_and_transitions_checked() {
     assert!(store.update(&id, &orphaned_update()).is_err());
 }
 
+#[tokio::test]
+async fn a_failing_append_loses_nothing_else_of_its_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = StatePaths::new(dir.path().join(".herd"));
+    let mut store = Store::open(paths.clone()).unwrap();
+    store.create_session("s1", "cli", dir.path()).unwrap();
+    let id = SubagentId::generate();
+    store.create_subagent(&new_sub(&id)).unwrap();
+    let writer = Writer::start(&paths).unwrap();
+    let w = writer.handle();
+    // Queued back to back, so the writer takes them as one batch: the unknown subagent's
+    // events are refused (foreign key) without taking the good ones with them.
+    let ghost = SubagentId::generate();
+    for i in 0..50 {
+        w.append(&ghost, vec![text("lost")]).await.unwrap();
+        w.append(&id, vec![text(&format!("kept {i}"))]).await.unwrap();
+    }
+    let flushed = w.flush().await;
+    assert!(
+        matches!(&flushed, Err(StoreError::WriterGone(m)) if m.contains(ghost.as_str())),
+        "{flushed:?}"
+    );
+    // The writer keeps going, and reports each failure once.
+    w.append(&id, vec![text("after")]).await.unwrap();
+    w.flush().await.unwrap();
+    writer.shutdown().await.unwrap();
+    let events = store.events_after(&id, 0, 1000).unwrap();
+    assert_eq!(events.len(), 52, "created + 50 kept + after");
+    assert!(events.windows(2).all(|w| w[1].seq == w[0].seq + 1));
+    assert!(store.events_after(&ghost, 0, 10).unwrap().is_empty());
+}
+
 #[test]
 fn prefixes_resolve_uniquely() {
     let dir = tempfile::tempdir().unwrap();
