@@ -77,3 +77,22 @@ fn git_errors_keep_gits_own_words() {
     let outside = tempfile::tempdir().unwrap();
     assert!(Git::new(outside.path()).toplevel().is_err());
 }
+
+#[test]
+fn worktree_top_agrees_with_git() {
+    use herd_engine::workspace::git::worktree_top;
+    let dir = repo();
+    let root = dir.path().canonicalize().unwrap();
+    std::fs::create_dir_all(root.join("a/b")).unwrap();
+    let linked = root.join("linked");
+    Git::new(&root).run(&["worktree", "add", "-q", "-b", "w", linked.to_str().unwrap()]).unwrap();
+    std::fs::create_dir_all(linked.join("c")).unwrap();
+    for d in [root.clone(), root.join("a/b"), linked.clone(), linked.join("c")] {
+        let git = Git::new(&d).toplevel().unwrap().canonicalize().unwrap();
+        assert_eq!(worktree_top(&d), Some(git), "{}", d.display());
+    }
+    let outside = tempfile::tempdir().unwrap();
+    if Git::new(outside.path()).toplevel().is_err() {
+        assert_eq!(worktree_top(outside.path()), None);
+    }
+}

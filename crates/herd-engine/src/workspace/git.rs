@@ -69,7 +69,7 @@ impl Git {
         }
     }
 
-    /// The top of the working tree that holds `dir`.
+    /// The top of the working tree that holds `dir`, as git says (see also [`worktree_top`]).
     pub fn toplevel(&self) -> Result<PathBuf, GitError> {
         Ok(PathBuf::from(self.run(&["rev-parse", "--show-toplevel"])?.trim_end()))
     }
@@ -186,4 +186,11 @@ impl Git {
         }
         Ok(Merge::Conflict { files, output: output.trim_end().to_owned() })
     }
+}
+
+/// The nearest directory at or above `dir` that holds a `.git` (directory, or file for linked
+/// worktrees and submodules): what `git rev-parse --show-toplevel` answers for ordinary trees,
+/// without starting git — it is asked for every run's lock key.
+pub fn worktree_top(dir: &Path) -> Option<PathBuf> {
+    dir.ancestors().find(|d| d.join(".git").symlink_metadata().is_ok()).map(Path::to_path_buf)
 }

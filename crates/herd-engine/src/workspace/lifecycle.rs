@@ -405,9 +405,9 @@ impl Engine {
 /// What a lock is taken on: the working tree that holds `dir` (a lock on a worktree covers
 /// all of it), else `dir` itself; canonical either way.
 async fn lock_key(dir: &Path) -> Result<String, EngineError> {
-    let d = dir.to_path_buf();
-    let top = blocking(move || Git::new(&d).toplevel().ok()).await?;
-    Ok(absolute(top.as_deref().unwrap_or(dir)).display().to_string())
+    let d = absolute(dir);
+    let key = blocking(move || super::git::worktree_top(&d).unwrap_or(d)).await?;
+    Ok(key.display().to_string())
 }
 
 /// The first 12 characters of a commit id.
