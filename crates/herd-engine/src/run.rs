@@ -760,7 +760,7 @@ impl<'e> RunState<'e> {
         self.audit_end(status, failure.as_ref()).await?;
         self.transcript.flush()?;
         // The process is gone: whatever lock it held is free.
-        self.engine.store().release_locks(self.id.as_str())?;
+        self.engine.writer().release_locks(self.id.to_string()).await?;
         Meta {
             id: self.id.to_string(),
             cli: self.backend.kind().to_string(),

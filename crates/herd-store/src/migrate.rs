@@ -199,6 +199,10 @@ CREATE INDEX idx_permission_pending ON permission_requests(status, subagent_id);
 ALTER TABLE subagents ADD COLUMN auto_approve_revoked_at INTEGER;
 ALTER TABLE subagents ADD COLUMN auto_approve_revoke_reason TEXT;
 "#,
+    // 5: a plan's steps are updated by key, once or more per step: find them without a scan.
+    r#"
+CREATE UNIQUE INDEX idx_orch_step_key ON orchestration_steps(orchestration_id, step_key);
+"#,
 ];
 
 /// The schema version this build writes.

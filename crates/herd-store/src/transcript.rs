@@ -1,5 +1,5 @@
-//! Per-subagent transcripts: the raw stdout stream appended verbatim to `<id>.jsonl`, stderr to
-//! `<id>.stderr.log`, and a `<id>.meta.json` summary replaced atomically when the run ends.
+//! Per-subagent transcripts: the raw stdout stream appended verbatim to `<id>.jsonl` (from its
+//! first byte), stderr to `<id>.stderr.log`, and a `<id>.meta.json` summary at the end of a run.
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Write};
@@ -14,31 +14,47 @@ fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
     move |source| StoreError::Io { path: path.display().to_string(), source }
 }
 
-/// An open transcript (append-only).
+/// A transcript (append-only). The file is created with the first byte: a run that writes
+/// nothing on stdout costs no file (short command steps are dispatched by the thousand).
 #[derive(Debug)]
 pub struct Transcript {
     path: PathBuf,
-    out: BufWriter<File>,
+    out: Option<BufWriter<File>>,
     bytes: u64,
 }
 
 impl Transcript {
-    /// Open (append) the transcript of `id`.
+    /// The transcript of `id`, appended to from its first write.
     pub fn open(paths: &StatePaths, id: &SubagentId) -> Result<Self> {
-        let path = paths.transcript(id);
-        let f = OpenOptions::new().create(true).append(true).open(&path).map_err(io_err(&path))?;
-        Ok(Self { path, out: BufWriter::with_capacity(64 * 1024, f), bytes: 0 })
+        Ok(Self { path: paths.transcript(id), out: None, bytes: 0 })
     }
 
     /// Append raw bytes (part of a line, or lines with their newlines).
     pub fn write(&mut self, bytes: &[u8]) -> Result<()> {
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        let out = match &mut self.out {
+            Some(out) => out,
+            None => {
+                let f = OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(&self.path)
+                    .map_err(io_err(&self.path))?;
+                self.out.insert(BufWriter::with_capacity(64 * 1024, f))
+            }
+        };
         self.bytes += bytes.len() as u64;
-        self.out.write_all(bytes).map_err(io_err(&self.path))
+        out.write_all(bytes).map_err(io_err(&self.path))
     }
 
     /// Push buffered bytes to the file, so a watcher sees them.
     pub fn flush(&mut self) -> Result<()> {
-        self.out.flush().map_err(io_err(&self.path))
+        match &mut self.out {
+            Some(out) => out.flush().map_err(io_err(&self.path)),
+            None => Ok(()),
+        }
     }
 
     pub fn bytes(&self) -> u64 {

@@ -125,6 +125,55 @@ fn is_live(conn: &Connection, h: &LockHolder, alive: IsAlive<'_>) -> Result<bool
     Ok(active == Some(true) && h.owner_pid.is_some_and(|p| alive(p, h.owner_start_time)))
 }
 
+/// Take `hold` on `path` for run `holder` inside the caller's write transaction: holders whose
+/// run ended or whose owning process is dead are reclaimed first; then the seed-000 table
+/// decides. `Ok(Err(holders))` names the live holders that block the request.
+pub(crate) fn acquire_lock(
+    conn: &Connection,
+    path: &str,
+    holder: &str,
+    hold: Hold,
+    owner: (u32, Option<u64>),
+    alive: IsAlive<'_>,
+) -> Result<std::result::Result<(), Vec<LockHolder>>> {
+    let mut live = Vec::new();
+    for h in holders(conn, path)? {
+        if h.holder == holder {
+            continue;
+        }
+        if is_live(conn, &h, alive)? {
+            live.push(h);
+        } else {
+            conn.execute(
+                "DELETE FROM worktree_locks WHERE path = ?1 AND holder = ?2",
+                params![h.path, h.holder],
+            )?;
+        }
+    }
+    let held: Vec<Hold> = live.iter().filter_map(|h| h.mode.parse().ok()).collect();
+    if !admits(&held, hold) {
+        return Ok(Err(live));
+    }
+    conn.prepare_cached(
+        "INSERT OR REPLACE INTO worktree_locks
+            (path, holder, lock_mode, owner_pid, owner_start_time, acquired_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    )?
+    .execute(params![
+        path,
+        holder,
+        hold.as_str(),
+        owner.0,
+        owner.1.map(|t| t as i64),
+        now_ms()
+    ])?;
+    Ok(Ok(()))
+}
+
+pub(crate) fn release_locks(conn: &Connection, holder: &str) -> Result<usize> {
+    Ok(conn.prepare_cached("DELETE FROM worktree_locks WHERE holder = ?1")?.execute([holder])?)
+}
+
 impl Store {
     /// Record a worktree before `git worktree add` runs, so a crash still leaves a record.
     pub fn record_worktree(&self, w: &NewWorktree) -> Result<()> {
@@ -222,9 +271,7 @@ impl Store {
             .optional()?)
     }
 
-    /// Take `hold` on `path` for run `holder`, in one transaction: holders whose run ended or
-    /// whose owning process is dead are reclaimed first; then the seed-000 table decides.
-    /// `Ok(Err(holders))` names the live holders that block the request.
+    /// Take `hold` on `path` for run `holder`, in one transaction (see [`acquire_lock`]).
     pub fn acquire_lock(
         &mut self,
         path: &str,
@@ -234,38 +281,14 @@ impl Store {
         alive: IsAlive<'_>,
     ) -> Result<std::result::Result<(), Vec<LockHolder>>> {
         let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let mut live = Vec::new();
-        for h in holders(&tx, path)? {
-            if h.holder == holder {
-                continue;
-            }
-            if is_live(&tx, &h, alive)? {
-                live.push(h);
-            } else {
-                tx.execute(
-                    "DELETE FROM worktree_locks WHERE path = ?1 AND holder = ?2",
-                    params![h.path, h.holder],
-                )?;
-            }
-        }
-        let held: Vec<Hold> = live.iter().filter_map(|h| h.mode.parse().ok()).collect();
-        if !admits(&held, hold) {
-            tx.commit()?;
-            return Ok(Err(live));
-        }
-        tx.execute(
-            "INSERT OR REPLACE INTO worktree_locks
-                (path, holder, lock_mode, owner_pid, owner_start_time, acquired_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            params![path, holder, hold.as_str(), owner.0, owner.1.map(|t| t as i64), now_ms()],
-        )?;
+        let got = acquire_lock(&tx, path, holder, hold, owner, alive)?;
         tx.commit()?;
-        Ok(Ok(()))
+        Ok(got)
     }
 
     /// Release every lock `holder` has.
     pub fn release_locks(&self, holder: &str) -> Result<usize> {
-        Ok(self.conn.execute("DELETE FROM worktree_locks WHERE holder = ?1", [holder])?)
+        release_locks(&self.conn, holder)
     }
 
     /// Drop lock rows whose holder is no longer live; returns how many.

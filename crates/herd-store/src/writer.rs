@@ -128,6 +128,33 @@ impl WriterHandle {
         rx.await.map_err(|_| StoreError::WriterGone("exec".into()))?
     }
 
+    /// [`Store::acquire_lock`](crate::Store::acquire_lock) on the writer's connection, so
+    /// taking a lock never waits on this process's own writes; committed when it returns.
+    pub async fn acquire_lock(
+        &self,
+        path: String,
+        holder: String,
+        hold: herd_core::workspace::Hold,
+        owner: (u32, Option<u64>),
+        alive: fn(u32, Option<u64>) -> bool,
+    ) -> Result<std::result::Result<(), Vec<crate::LockHolder>>> {
+        let slot = Arc::new(std::sync::Mutex::new(None));
+        let out = Arc::clone(&slot);
+        self.exec(move |c| {
+            let got = crate::worktrees::acquire_lock(c, &path, &holder, hold, owner, &alive)?;
+            *out.lock().unwrap_or_else(|p| p.into_inner()) = Some(got);
+            Ok(())
+        })
+        .await?;
+        let got = slot.lock().unwrap_or_else(|p| p.into_inner()).take();
+        got.ok_or_else(|| StoreError::WriterGone("acquire_lock".into()))
+    }
+
+    /// Release every lock run `holder` has, in order with its other writes.
+    pub async fn release_locks(&self, holder: String) -> Result<()> {
+        self.exec(move |c| crate::worktrees::release_locks(c, &holder).map(drop)).await
+    }
+
     /// Persist a new subagent (`pending`) and its `subagent_created` event.
     pub async fn create_subagent(&self, n: NewSubagent) -> Result<()> {
         self.exec(move |c| crate::store::create_subagent(c, &n)).await

@@ -212,10 +212,12 @@ impl Engine {
         let path = lock_key(&req.cwd).await?;
         let me = std::process::id();
         let owner = (me, procfs::start_time(me));
-        let alive = |pid: u32, start: Option<u64>| procfs::is_same_process(pid, start);
         let mut waiting = false;
         loop {
-            let got = self.store().acquire_lock(&path, id.as_str(), hold, owner, &alive)?;
+            let got = self
+                .writer()
+                .acquire_lock(path.clone(), id.to_string(), hold, owner, procfs::is_same_process)
+                .await?;
             let holders = match got {
                 Ok(()) => {
                     if hold != Hold::None {
