@@ -127,3 +127,43 @@ fn agent_limits_apply_and_selection_is_explained() {
             .contains("no agent named \"nobody\" (known: echoer, greeter)")
     );
 }
+
+#[test]
+fn an_agents_hooks_run_for_its_tasks_and_plan_steps_and_bad_ones_are_refused() {
+    let w = World::new();
+    let log = w.work.join("hooks.log");
+    write(
+        &w,
+        ".herd/agents/hooky.yml",
+        &format!(
+            "cli: command\nask: [\"Bash(git push *)\"]\nhooks:\n  SubagentStart:\n    - command: \"echo start $HERD_SUBAGENT_NAME >> {0}\"\n  SubagentStop:\n    - command: \"echo stop >> {0}\"\n      timeout: 5s\n",
+            log.display()
+        ),
+    );
+    let out = w.run(&["task", "x", "--agent", "hooky", "--", "true"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(std::fs::read_to_string(&log).unwrap(), "start hooky\nstop\n");
+
+    // A plan step that names the agent gets its hooks too.
+    std::fs::remove_file(&log).unwrap();
+    write(
+        &w,
+        "p.yml",
+        "name: p\nsteps:\n  - {id: one, agent: hooky, prompt: go, command: [\"true\"]}\n",
+    );
+    let out = w.run(&["run", "p.yml"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(std::fs::read_to_string(&log).unwrap(), "start one\nstop\n");
+
+    // A bad hook or rule is named with its file and field, before anything runs.
+    write(&w, ".herd/agents/bad.yml", "cli: command\nhooks:\n  BeforeAll:\n    - command: x\n");
+    let out = w.run(&["task", "x", "--agent", "bad", "--", "true"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("bad.yml") && err.contains("hooks.BeforeAll"), "{err}");
+    write(&w, ".herd/agents/bad.yml", "cli: command\nask: [\"Bash(\"]\n");
+    let out = w.run(&["agents", "validate"]);
+    let err =
+        String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
+    assert!(err.contains("ask[0]") && err.contains("unbalanced"), "{err}");
+}

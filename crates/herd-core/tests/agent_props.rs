@@ -198,25 +198,46 @@ fn agent_def() -> impl Strategy<Value = AgentDef> {
         0..3,
     );
     let strings = prop::collection::vec(any::<String>(), 0..3);
+    let rules =
+        prop::collection::vec("[A-Za-z][A-Za-z0-9_]{0,8}(\\([a-z*/ .-]{0,8}[a-z*]\\))?", 0..3);
+    let hooks = prop::collection::btree_map(
+        prop::sample::select(herd_core::permission::HOOK_EVENTS).prop_map(String::from),
+        prop::collection::vec(
+            (
+                proptest::option::of("[A-Za-z*]{1,8}"),
+                "[a-z][a-z ./]{0,10}",
+                proptest::option::of("[1-9][0-9]?s"),
+            )
+                .prop_map(|(matcher, command, timeout)| {
+                    herd_core::permission::HookSpec { matcher, command, timeout }
+                }),
+            1..3,
+        ),
+        0..3,
+    );
     (
         (name(), proptest::option::of(any::<String>()), proptest::option::of(0..5usize)),
         (proptest::option::of(any::<String>()), proptest::option::of(any::<String>()), inputs),
-        (proptest::option::of(strings.clone()), strings.clone(), strings),
+        (proptest::option::of(strings), rules.clone(), rules.clone(), rules),
         (
             proptest::option::of(1u32..),
             proptest::option::of("([1-9][0-9]{0,2}s?|[1-9][0-9]?m|[12]h)"),
             proptest::option::of(1u64..),
         ),
-        (prop::collection::btree_map("[A-Z_][A-Z0-9_]{0,8}", "[^\u{0}]{0,10}", 0..3), 0..3usize),
+        (
+            prop::collection::btree_map("[A-Z_][A-Z0-9_]{0,8}", "[^\u{0}]{0,10}", 0..3),
+            0..3usize,
+            hooks,
+        ),
         proptest::option::of(source()),
     )
         .prop_map(
             |(
                 (name, description, cli),
                 (model, prompt, inputs),
-                (tools, allow, deny),
+                (tools, allow, deny, ask),
                 (max_turns, timeout, max_output_kb),
-                (env, memory),
+                (env, memory, hooks),
                 source,
             )| {
                 let inputs: Vec<InputDef> = inputs
@@ -247,6 +268,8 @@ fn agent_def() -> impl Strategy<Value = AgentDef> {
                     tools,
                     allow,
                     deny,
+                    ask,
+                    hooks,
                     max_turns,
                     timeout,
                     max_output_kb,

@@ -1,10 +1,9 @@
 //! The project's `.herd/config.yml`: the default agent CLI, permission rules every run starts
 //! from, how long a call waits for a person, and lifecycle hooks. Errors name file and field.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use herd_core::permission::Rule;
+use herd_core::permission::{HookSpecs, Rule, check_hooks};
 use herd_core::plan::parse_duration;
 use serde::Deserialize;
 
@@ -20,7 +19,7 @@ pub struct ProjectConfig {
     pub permissions: PermissionsConfig,
     /// Hooks by event: `PreToolUse`, `PostToolUse`, `SubagentStart`, `SubagentStop`.
     #[serde(default)]
-    pub hooks: BTreeMap<String, Vec<HookConfig>>,
+    pub hooks: HookSpecs,
 }
 
 /// The `permissions:` section.
@@ -35,17 +34,6 @@ pub struct PermissionsConfig {
     pub ask: Vec<String>,
     /// How long a call waits for a person, e.g. `2m` [default: 2m].
     pub ask_timeout: Option<String>,
-}
-
-/// One hook as written.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct HookConfig {
-    /// Glob on the tool name (tool events) or agent name (subagent events).
-    pub matcher: Option<String>,
-    pub command: String,
-    /// e.g. `10s` [default: 30s].
-    pub timeout: Option<String>,
 }
 
 /// A config file that cannot be used.
@@ -97,39 +85,34 @@ impl ProjectConfig {
             perms.ask_timeout =
                 parse_duration(t).map_err(|e| format!("permissions.ask_timeout: {e}"))?;
         }
-        for (event, hooks) in &self.hooks {
-            let ev = match event.as_str() {
-                "PreToolUse" => HookEvent::PreToolUse,
-                "PostToolUse" => HookEvent::PostToolUse,
-                "SubagentStart" => HookEvent::SubagentStart,
-                "SubagentStop" => HookEvent::SubagentStop,
-                other => {
-                    return Err(format!(
-                        "hooks.{other}: unknown hook event (expected PreToolUse, PostToolUse, \
-                         SubagentStart or SubagentStop)"
-                    ));
-                }
-            };
-            for (i, h) in hooks.iter().enumerate() {
-                if h.command.trim().is_empty() {
-                    return Err(format!("hooks.{event}[{i}].command: empty"));
-                }
-                let timeout = match &h.timeout {
-                    Some(t) => {
-                        parse_duration(t).map_err(|e| format!("hooks.{event}[{i}].timeout: {e}"))?
-                    }
-                    None => DEFAULT_HOOK_TIMEOUT,
-                };
-                perms.hooks.push(HookDef {
-                    event: ev,
-                    matcher: h.matcher.clone(),
-                    command: h.command.clone(),
-                    timeout,
-                });
-            }
-        }
+        perms.hooks = hook_defs(&self.hooks)?;
         Ok(perms)
     }
+}
+
+/// Hooks as written (config or agent definition) → hooks to run; errors name the field.
+pub fn hook_defs(hooks: &HookSpecs) -> Result<Vec<HookDef>, String> {
+    check_hooks(hooks).map_err(|(field, msg)| format!("{field}: {msg}"))?;
+    let mut defs = Vec::new();
+    for (event, list) in hooks {
+        let event = match event.as_str() {
+            "PreToolUse" => HookEvent::PreToolUse,
+            "PostToolUse" => HookEvent::PostToolUse,
+            "SubagentStart" => HookEvent::SubagentStart,
+            _ => HookEvent::SubagentStop,
+        };
+        for h in list {
+            // Checked above.
+            let timeout = h.timeout.as_deref().and_then(|t| parse_duration(t).ok());
+            defs.push(HookDef {
+                event,
+                matcher: h.matcher.clone(),
+                command: h.command.clone(),
+                timeout: timeout.unwrap_or(DEFAULT_HOOK_TIMEOUT),
+            });
+        }
+    }
+    Ok(defs)
 }
 
 #[cfg(test)]

@@ -60,6 +60,8 @@ pub struct StepOverlay {
     /// The rendered prompt template: the CLI's system prompt (a program gets `HERD_SYSTEM_PROMPT`).
     pub system_prompt: Option<String>,
     pub env: Vec<(String, String)>,
+    /// The agent definition's hooks, run on top of the project's.
+    pub hooks: Vec<crate::gate::HookDef>,
 }
 
 /// What happened to one step.
@@ -115,6 +117,7 @@ fn step_request(
         Some(c) => base.join(c),
         None => base.to_path_buf(),
     };
+    let permissions = step_permissions(step, opts, &overlay);
     TaskRequest {
         name: Some(step.id.clone()),
         backend,
@@ -151,7 +154,7 @@ fn step_request(
             .or(plan_timeout)
             .unwrap_or(DEFAULT_TIMEOUT),
         max_output_bytes: None,
-        permissions: step_permissions(step, opts),
+        permissions,
         workspace: match step.workspace() {
             WorkspaceMode::Shared => {
                 WorkspaceReq::Shared { lock: None, wait: f.wait.unwrap_or(false) }
@@ -168,8 +171,13 @@ fn step_request(
 
 /// The plan's base permissions (project config) with the step's own `ask` rules and
 /// `auto_approve` on top.
-fn step_permissions(step: &Step, opts: &PlanOptions) -> crate::gate::Permissions {
+fn step_permissions(
+    step: &Step,
+    opts: &PlanOptions,
+    overlay: &StepOverlay,
+) -> crate::gate::Permissions {
     let mut p = opts.permissions.clone();
+    p.hooks.extend(overlay.hooks.iter().cloned());
     let f = &step.fields;
     for r in f.ask.iter().flatten() {
         // Rules were checked when the plan was validated.

@@ -84,6 +84,12 @@ fn resolve_agents(plan: &mut PlanFile, file: &str) -> anyhow::Result<HashMap<Str
             deny.extend(f.deny.take().unwrap_or_default());
             f.deny = Some(deny);
         }
+        if !d.ask.is_empty() {
+            let mut ask = d.ask.clone();
+            ask.extend(f.ask.take().unwrap_or_default());
+            f.ask = Some(ask);
+        }
+        let hooks = herd_engine::config::hook_defs(&d.hooks).map_err(at)?;
         let given: BTreeMap<String, String> =
             f.inputs.clone().or_else(|| plan.defaults.inputs.clone()).unwrap_or_default();
         let system_prompt = d
@@ -93,7 +99,7 @@ fn resolve_agents(plan: &mut PlanFile, file: &str) -> anyhow::Result<HashMap<Str
             .transpose()
             .map_err(|e| at(e.to_string()))?;
         let env = d.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-        overlays.insert(step.id.clone(), StepOverlay { system_prompt, env });
+        overlays.insert(step.id.clone(), StepOverlay { system_prompt, env, hooks });
     }
     Ok(overlays)
 }

@@ -84,6 +84,22 @@ pub fn choose_cli(
 }
 
 /// Apply an agent definition to a request built from the flags; flags win where both speak.
+/// The agent definition's ask rules and hooks, on top of the project's and the flags'.
+pub fn apply_agent_permissions(
+    perms: &mut herd_engine::gate::Permissions,
+    f: &Found,
+) -> anyhow::Result<()> {
+    let d = &f.def;
+    let at = |m: String| UsageError(format!("agent {}: {m}", d.name));
+    for (i, r) in d.ask.iter().enumerate() {
+        let rule =
+            herd_core::permission::Rule::parse(r).map_err(|e| at(format!("ask[{i}]: {e}")))?;
+        perms.policy.ask.push(rule);
+    }
+    perms.hooks.extend(herd_engine::config::hook_defs(&d.hooks).map_err(at)?);
+    Ok(())
+}
+
 pub fn apply_agent(
     req: &mut TaskRequest,
     f: &Found,

@@ -70,6 +70,9 @@ pub(crate) fn prepare(mut args: TaskArgs) -> anyhow::Result<Prepared> {
         select::apply_agent(&mut req, f, &inputs, &root, &flags)?;
     }
     req.permissions = permissions(perm_args, &root)?;
+    if let Some(f) = &agent {
+        select::apply_agent_permissions(&mut req.permissions, f)?;
+    }
     // Refused before anything is created: exit 2, INVALID_PERMISSION_CONFIG.
     req.permissions.validate(&req.spec).map_err(UsageError)?;
     Ok(Prepared { req, resume, isolate })

@@ -151,6 +151,10 @@ pub struct AgentDef {
     pub tools: Option<Vec<String>>,
     pub allow: Vec<String>,
     pub deny: Vec<String>,
+    /// Rules for calls that always wait for a person.
+    pub ask: Vec<String>,
+    /// Hooks run for this agent's runs, on top of the project's.
+    pub hooks: crate::permission::HookSpecs,
     pub max_turns: Option<u32>,
     pub timeout: Option<String>,
     pub max_output_kb: Option<u64>,
@@ -174,6 +178,8 @@ impl AgentDef {
             tools: None,
             allow: Vec::new(),
             deny: Vec::new(),
+            ask: Vec::new(),
+            hooks: BTreeMap::new(),
             max_turns: None,
             timeout: None,
             max_output_kb: None,

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use super::text::{yaml_error, yaml_line_of};
 use super::{AgentDef, AgentError, Cli, Format, InputDef, Loaded, Memory, Source, template};
+use crate::permission::{HookSpecs, Rule, check_hooks};
 use crate::plan::parse_duration;
 
 /// The file as written (field order is the order `to_native_yaml` writes).
@@ -28,6 +29,10 @@ struct NativeFile {
     allow: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     deny: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    ask: Vec<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    hooks: HookSpecs,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     max_turns: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -107,6 +112,12 @@ pub(super) fn parse(file: &str, text: &str) -> Result<Loaded, AgentError> {
             return Err(err(&path, format!("input {:?} is declared twice", input.name)));
         }
     }
+    for (field, rules) in [("allow", &f.allow), ("deny", &f.deny), ("ask", &f.ask)] {
+        for (i, r) in rules.iter().enumerate() {
+            Rule::parse(r).map_err(|e| err(&format!("{field}[{i}]"), e.to_string()))?;
+        }
+    }
+    check_hooks(&f.hooks).map_err(|(path, msg)| err(&path, msg))?;
     for (k, v) in &f.env {
         let path = format!("env.{k}");
         if k.is_empty() || k.contains(['=', '\0']) {
@@ -145,6 +156,8 @@ pub(super) fn parse(file: &str, text: &str) -> Result<Loaded, AgentError> {
         tools: f.tools,
         allow: f.allow,
         deny: f.deny,
+        ask: f.ask,
+        hooks: f.hooks,
         max_turns: f.max_turns,
         timeout: f.timeout,
         max_output_kb: f.max_output_kb,
@@ -167,6 +180,8 @@ pub fn to_native_yaml(def: &AgentDef) -> String {
         tools: def.tools.clone(),
         allow: def.allow.clone(),
         deny: def.deny.clone(),
+        ask: def.ask.clone(),
+        hooks: def.hooks.clone(),
         max_turns: def.max_turns,
         timeout: def.timeout.clone(),
         max_output_kb: def.max_output_kb,

@@ -3,6 +3,7 @@
 
 mod audit;
 mod grants;
+mod hook;
 mod limits;
 mod policy;
 mod rule;
@@ -10,6 +11,7 @@ mod shell;
 
 pub use audit::{PREVIEW_BYTES, input_preview, input_sha256};
 pub use grants::{Grant, GrantError, GrantKind, GrantSpec, Grants, Secret, parse_grant_spec};
+pub use hook::{HOOK_EVENTS, HookSpec, HookSpecs, check_hooks};
 pub use limits::{
     AutoApproveConfig, AutoApprover, CallKind, KNOWN_TOOLS, Limited, PermissionConfigError,
     RateState, validate_auto_approve,
