@@ -78,6 +78,13 @@ fn isolated_steps_merge_in_plan_order_and_the_checkout_is_untouched() {
     assert_eq!(git(&w.work, &["show", &format!("{integ}:a.txt")]), "A\n");
     assert_eq!(git(&w.work, &["show", &format!("{integ}:b.txt")]), "B\n");
     assert_eq!(git(&w.work, &["show", &format!("{integ}:sub/c.txt")]), "C\n");
+    // `herd show` says where each step worked and how its merge went.
+    let a_id = step(&v, "a")["subagent_id"].as_str().unwrap().to_owned();
+    let (_, shown) = w.json(&["show", &a_id, "--json"]);
+    assert_eq!(shown["worktree"]["branch"], format!("herd/{run}/a").as_str(), "{shown}");
+    assert_eq!(shown["worktree"]["status"], "merged", "{shown}");
+    let text = String::from_utf8_lossy(&w.run(&["show", &a_id]).stdout).into_owned();
+    assert!(text.contains(&format!("(herd/{run}/a → {integ}, merged)")), "{text}");
     // Auto-commit took the agent's new files (and setup's); each step's own commit is there.
     let c_msg = git(&w.work, &["log", "-1", "--format=%B", &format!("herd/{run}/c")]);
     assert!(c_msg.starts_with("herd: c: SCENARIO=ws3_c write c"), "{c_msg}");

@@ -82,12 +82,28 @@ pub fn show(paths: StatePaths, a: ShowArgs) -> anyhow::Result<u8> {
     let store = open_store(paths)?;
     let id = store.resolve(&a.id)?;
     let r = store.get(&id)?.ok_or_else(|| herd_store::StoreError::NotFound(a.id.clone()))?;
+    let worktree = store.worktree_of(id.as_str())?;
     let mut out = std::io::stdout().lock();
     if a.json {
-        writeln!(out, "{}", row_json(&r))?;
+        let mut v = row_json(&r);
+        if let Some(w) = &worktree {
+            v["worktree"] = serde_json::json!({
+                "id": w.id, "path": w.path, "branch": w.branch, "base": w.base,
+                "integration_branch": w.integration_branch, "status": w.status,
+                "merge_commit": w.merge_commit,
+            });
+        }
+        writeln!(out, "{v}")?;
         return Ok(0);
     }
     let opt = |v: Option<String>| v.unwrap_or_else(|| "-".into());
+    let worktree_line = worktree.map_or_else(
+        || "-".into(),
+        |w| {
+            let into = w.integration_branch.map(|b| format!(" → {b}")).unwrap_or_default();
+            format!("{} ({}{into}, {})", w.path, w.branch, w.status)
+        },
+    );
     let lines = [
         ("id", r.id.clone()),
         ("status", r.status.to_string()),
@@ -95,6 +111,7 @@ pub fn show(paths: StatePaths, a: ShowArgs) -> anyhow::Result<u8> {
         ("cli", r.cli.clone()),
         ("model", opt(r.model.clone())),
         ("cwd", r.working_directory.clone()),
+        ("worktree", worktree_line),
         ("native session", opt(r.native_session_id.clone())),
         ("created", fmt::time(r.created_at)),
         ("duration", r.duration_ms().map_or_else(|| "-".into(), fmt::duration_ms)),

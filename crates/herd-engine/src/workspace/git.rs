@@ -1,8 +1,11 @@
 //! The `git` binary as herd's only way into a repository: machine-readable flags in, git's own
 //! error text out (verbatim, with the command that produced it).
 
+use std::io::Read;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 /// A git command that failed; `stderr` is git's text, unchanged.
 #[derive(Debug, thiserror::Error)]
@@ -11,7 +14,12 @@ pub enum GitError {
     Failed { args: String, dir: String, code: i32, stderr: String, stdout: String },
     #[error("cannot run git (is it installed?): {0}")]
     Spawn(std::io::Error),
+    #[error("`git {args}` in {dir} did not finish in {}s and was killed", .after.as_secs())]
+    Timeout { args: String, dir: String, after: Duration },
 }
+
+/// The longest any one git command may take (a hook or a lock wait that never ends).
+pub const GIT_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// `git -C <dir> …`.
 #[derive(Debug, Clone)]
@@ -36,7 +44,53 @@ impl Git {
     }
 
     fn output(&self, args: &[&str]) -> Result<Output, GitError> {
-        self.command(args).output().map_err(GitError::Spawn)
+        self.output_within(args, GIT_TIMEOUT)
+    }
+
+    /// Run to completion, or kill git once `limit` has passed.
+    fn output_within(&self, args: &[&str], limit: Duration) -> Result<Output, GitError> {
+        let mut child = self
+            .command(args)
+            // Its own group: a hook or alias git started goes down with it.
+            .process_group(0)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(GitError::Spawn)?;
+        // Drained on their own threads, so a chatty git never blocks on a full pipe.
+        let drain = |r: Option<Box<dyn Read + Send>>| {
+            std::thread::spawn(move || {
+                let mut buf = Vec::new();
+                if let Some(mut r) = r {
+                    let _ = r.read_to_end(&mut buf);
+                }
+                buf
+            })
+        };
+        let out = drain(child.stdout.take().map(|r| Box::new(r) as Box<dyn Read + Send>));
+        let err = drain(child.stderr.take().map(|r| Box::new(r) as Box<dyn Read + Send>));
+        let start = Instant::now();
+        let mut pause = Duration::from_micros(200);
+        let status = loop {
+            if let Some(status) = child.try_wait().map_err(GitError::Spawn)? {
+                break status;
+            }
+            if start.elapsed() >= limit {
+                let group = nix::unistd::Pid::from_raw(child.id() as i32);
+                let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
+                let _ = child.wait();
+                return Err(GitError::Timeout {
+                    args: args.join(" "),
+                    dir: self.dir.display().to_string(),
+                    after: limit,
+                });
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(20));
+        };
+        let stdout = out.join().unwrap_or_default();
+        let stderr = err.join().unwrap_or_default();
+        Ok(Output { status, stdout, stderr })
     }
 
     fn failed(&self, args: &[&str], out: &Output) -> GitError {
@@ -193,4 +247,39 @@ impl Git {
 /// without starting git — it is asked for every run's lock key.
 pub fn worktree_top(dir: &Path) -> Option<PathBuf> {
     dir.ancestors().find(|d| d.join(".git").symlink_metadata().is_ok()).map(Path::to_path_buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_git_that_hangs_is_killed_at_its_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        // A shell alias stands in for a hook that never ends.
+        let git = Git::new(dir.path());
+        git.run(&["init", "-q"]).unwrap();
+        git.run(&["config", "alias.nap", "!sleep 5"]).unwrap();
+        let start = Instant::now();
+        let e = git.output_within(&["nap"], Duration::from_millis(300)).unwrap_err();
+        assert!(matches!(e, GitError::Timeout { .. }), "{e}");
+        assert!(e.to_string().contains("`git nap`"), "{e}");
+        assert!(start.elapsed() < Duration::from_secs(3), "{:?}", start.elapsed());
+        // The alias's own process went down with git (its group was killed).
+        std::thread::sleep(Duration::from_millis(100));
+        let dir_path = dir.path().canonicalize().unwrap();
+        let left: Vec<String> = std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter(|e| {
+                let cwd = std::fs::read_link(e.path().join("cwd")).ok();
+                let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+                cwd.is_some_and(|c| c.starts_with(&dir_path)) && cmd.starts_with(b"sleep\x005")
+            })
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(left.is_empty(), "{left:?}");
+        // A quick command is unaffected, and its output is whole.
+        assert!(git.run(&["rev-parse", "--git-dir"]).unwrap().trim_end().ends_with(".git"));
+    }
 }
