@@ -36,12 +36,12 @@ fn of_type<'a>(rows: &'a [Value], t: &str) -> Vec<&'a Value> {
     rows.iter().filter(|r| r["event_type"] == t).collect()
 }
 
-/// The id of the one running subagent, once it shows up.
-fn running_id(w: &World) -> String {
+/// The `id` of the first row `herd ARGS` prints as a JSON array, once there is one.
+fn first_id(w: &World, args: &[&str], what: &str) -> String {
     let mut id = None;
     assert!(
         wait_until(Duration::from_secs(20), || {
-            let (_, v) = w.json(&["ps", "--json"]);
+            let (_, v) = w.json(args);
             id = v
                 .as_array()
                 .and_then(|a| a.first())
@@ -49,27 +49,19 @@ fn running_id(w: &World) -> String {
                 .map(str::to_owned);
             id.is_some()
         }),
-        "no running subagent"
+        "no {what}"
     );
     id.unwrap()
 }
 
+/// The id of the one running subagent, once it shows up.
+fn running_id(w: &World) -> String {
+    first_id(w, &["ps", "--json"], "running subagent")
+}
+
 /// The id of the first permission request waiting for a person.
 fn pending_request(w: &World) -> String {
-    let mut id = None;
-    assert!(
-        wait_until(Duration::from_secs(20), || {
-            let (_, v) = w.json(&["approve", "--json"]);
-            id = v
-                .as_array()
-                .and_then(|a| a.first())
-                .and_then(|r| r["id"].as_str())
-                .map(str::to_owned);
-            id.is_some()
-        }),
-        "no pending permission request"
-    );
-    id.unwrap()
+    first_id(w, &["approve", "--json"], "pending permission request")
 }
 
 #[test]

@@ -78,16 +78,7 @@ fn the_example_plan_runs_offline() {
     std::fs::create_dir_all(w.work.join("crates/x/src")).unwrap();
     std::fs::write(w.work.join("crates/x/src/lib.rs"), "// TODO: x\nfn a() {}\n").unwrap();
     let git = |args: &[&str]| {
-        let ok = std::process::Command::new("git")
-            .args(args)
-            .current_dir(&w.work)
-            .env("GIT_AUTHOR_NAME", "t")
-            .env("GIT_AUTHOR_EMAIL", "t@t")
-            .env("GIT_COMMITTER_NAME", "t")
-            .env("GIT_COMMITTER_EMAIL", "t@t")
-            .output()
-            .unwrap();
-        assert!(ok.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&ok.stderr));
+        common::git(&w.work, args);
     };
     git(&["init", "-q"]);
     git(&["add", "."]);

@@ -27,14 +27,20 @@ fn text(t: &str) -> Decoded {
     }
 }
 
-#[tokio::test]
-async fn events_are_ordered_persisted_then_published_and_transitions_checked() {
+/// A fresh store with session `s1` and one pending subagent.
+fn store_with_one_subagent() -> (tempfile::TempDir, StatePaths, Store, SubagentId) {
     let dir = tempfile::tempdir().unwrap();
     let paths = StatePaths::new(dir.path().join(".herd"));
     let mut store = Store::open(paths.clone()).unwrap();
     store.create_session("s1", "cli", dir.path()).unwrap();
     let id = SubagentId::generate();
     store.create_subagent(&new_sub(&id)).unwrap();
+    (dir, paths, store, id)
+}
+
+#[tokio::test]
+async fn events_are_ordered_persisted_then_published_and_transitions_checked() {
+    let (_dir, paths, mut store, id) = store_with_one_subagent();
 
     let writer = Writer::start(&paths).unwrap();
     let w = writer.handle();
@@ -84,12 +90,7 @@ async fn events_are_ordered_persisted_then_published_and_transitions_checked() {
 
 #[tokio::test]
 async fn a_failing_append_loses_nothing_else_of_its_batch() {
-    let dir = tempfile::tempdir().unwrap();
-    let paths = StatePaths::new(dir.path().join(".herd"));
-    let mut store = Store::open(paths.clone()).unwrap();
-    store.create_session("s1", "cli", dir.path()).unwrap();
-    let id = SubagentId::generate();
-    store.create_subagent(&new_sub(&id)).unwrap();
+    let (_dir, paths, store, id) = store_with_one_subagent();
     let writer = Writer::start(&paths).unwrap();
     let w = writer.handle();
     // Queued back to back, so the writer takes them as one batch: the unknown subagent's
