@@ -4,6 +4,7 @@
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 
+use crate::sql::Cached;
 use crate::{Result, Store, StoreError, now_ms};
 
 /// How long audit rows are kept by `herd gc` (seed 000: 90 days).
@@ -97,7 +98,7 @@ pub enum Answered {
 
 pub(crate) fn insert_audit(c: &Connection, a: &NewAudit) -> Result<()> {
     let json = |v: &Option<serde_json::Value>| v.as_ref().map(|v| v.to_string());
-    c.execute(
+    c.exec(
         "INSERT INTO audit_log (ts, event_type, severity, subagent_id, parent_session_id, tool,
              input_preview, input_sha256, decision, decided_by, rate_limit_state, details)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
@@ -120,7 +121,7 @@ pub(crate) fn insert_audit(c: &Connection, a: &NewAudit) -> Result<()> {
 }
 
 pub(crate) fn insert_request(c: &Connection, r: &NewPermissionRequest) -> Result<()> {
-    c.execute(
+    c.exec(
         "INSERT INTO permission_requests (id, subagent_id, cli_request_id, tool, input_preview,
              input_sha256, created_at, expires_at)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
@@ -140,7 +141,7 @@ pub(crate) fn insert_request(c: &Connection, r: &NewPermissionRequest) -> Result
 
 /// Close a still-pending request (timeout, run ended) with `status`.
 pub(crate) fn close_request(c: &Connection, id: &str, status: &str, by: &str) -> Result<bool> {
-    let n = c.execute(
+    let n = c.exec(
         "UPDATE permission_requests SET status = ?2, decided_by = ?3, decided_at = ?4
          WHERE id = ?1 AND status = 'pending'",
         params![id, status, by, now_ms()],
@@ -149,7 +150,7 @@ pub(crate) fn close_request(c: &Connection, id: &str, status: &str, by: &str) ->
 }
 
 pub(crate) fn close_requests_of(c: &Connection, subagent: &str) -> Result<()> {
-    c.execute(
+    c.exec(
         "UPDATE permission_requests SET status = 'cancelled', decided_by = 'run ended',
              decided_at = ?2
          WHERE subagent_id = ?1 AND status = 'pending'",
@@ -159,7 +160,7 @@ pub(crate) fn close_requests_of(c: &Connection, subagent: &str) -> Result<()> {
 }
 
 pub(crate) fn set_auto_approve(c: &Connection, id: &str, on: bool) -> Result<()> {
-    c.execute(
+    c.exec(
         "UPDATE subagents SET auto_approve_permissions = ?2 WHERE id = ?1",
         params![id, on as i64],
     )?;
@@ -228,14 +229,14 @@ impl Store {
     /// Delete audit rows older than `before_ms`; returns how many (or would, with `dry_run`).
     pub fn gc_audit(&mut self, before_ms: i64, dry_run: bool) -> Result<usize> {
         if dry_run {
-            let n: i64 = self.conn.query_row(
+            let n: i64 = self.conn.one(
                 "SELECT COUNT(*) FROM audit_log WHERE ts < ?1",
                 [before_ms],
                 |r| r.get(0),
             )?;
             return Ok(n as usize);
         }
-        Ok(self.conn.execute("DELETE FROM audit_log WHERE ts < ?1", [before_ms])?)
+        Ok(self.conn.exec("DELETE FROM audit_log WHERE ts < ?1", [before_ms])?)
     }
 
     /// Permission requests: pending ones (of one subagent, or all), newest last.
@@ -252,7 +253,7 @@ impl Store {
     pub fn permission_request(&self, id: &str) -> Result<Option<PermissionRequestRow>> {
         Ok(self
             .conn
-            .query_row(&format!("{SELECT_REQUEST} WHERE id = ?1"), [id], request_row)
+            .one(&format!("{SELECT_REQUEST} WHERE id = ?1"), [id], request_row)
             .optional()?)
     }
 
@@ -285,7 +286,7 @@ impl Store {
         by: &str,
     ) -> Result<Answered> {
         let status = if approve { "approved" } else { "denied" };
-        let n = self.conn.execute(
+        let n = self.conn.exec(
             "UPDATE permission_requests
              SET status = ?2, always = ?3, reason = ?4, decided_by = ?5, decided_at = ?6
              WHERE id = ?1 AND status = 'pending'",
@@ -302,7 +303,7 @@ impl Store {
 
     /// Turn a running subagent's auto-approve off; false if it is not active.
     pub fn revoke_auto_approve(&mut self, id: &str, reason: &str) -> Result<bool> {
-        let n = self.conn.execute(
+        let n = self.conn.exec(
             "UPDATE subagents SET auto_approve_permissions = 0,
                  auto_approve_revoked_at = COALESCE(auto_approve_revoked_at, ?2),
                  auto_approve_revoke_reason = COALESCE(auto_approve_revoke_reason, ?3)
@@ -316,7 +317,7 @@ impl Store {
     pub fn run_requests(&self, id: &str) -> Result<RunRequests> {
         Ok(self
             .conn
-            .query_row(
+            .one(
                 "SELECT cancel_requested_at, auto_approve_revoke_reason, auto_approve_revoked_at
                  FROM subagents WHERE id = ?1",
                 [id],

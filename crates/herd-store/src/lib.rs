@@ -5,6 +5,7 @@ mod audit;
 mod migrate;
 mod model;
 mod plans;
+mod sql;
 mod store;
 mod transcript;
 mod worktrees;

@@ -4,6 +4,7 @@
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 
+use crate::sql::Cached;
 use crate::{Result, Store, now_ms};
 
 /// A plan run as stored.
@@ -83,7 +84,7 @@ pub struct NewOrchestration {
 pub(crate) fn create_orchestration(tx: &Connection, o: &NewOrchestration) -> Result<()> {
     let (id, steps) = (o.id.as_str(), &o.steps);
     let now = now_ms();
-    tx.execute(
+    tx.exec(
         "INSERT INTO orchestrations (id, parent_session_id, name, strategy, total_steps, plan,
                 source_file, owner_pid, owner_start_time, created_at)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
@@ -123,7 +124,7 @@ pub(crate) fn create_orchestration(tx: &Connection, o: &NewOrchestration) -> Res
             ])?;
         }
     }
-    tx.execute(
+    tx.exec(
         "INSERT INTO plan_events (orchestration_id, seq, ts, kind, step_key, payload)
              VALUES (?1, 1, ?2, 'plan_created', NULL, ?3)",
         params![id, now, serde_json::json!({"steps": steps.len()}).to_string()],
@@ -148,7 +149,7 @@ pub(crate) fn set_step(tx: &Connection, c: &StepChange) -> Result<()> {
     let (subagent, reason, attempt) = (c.subagent.as_deref(), c.reason.as_deref(), c.attempt);
     let now = now_ms();
     let done = matches!(status, "completed" | "failed" | "cancelled");
-    tx.execute(
+    tx.exec(
         "UPDATE orchestration_steps SET status = ?3,
                 subagent_id = COALESCE(?4, subagent_id),
                 failure_reason = COALESCE(?5, failure_reason),
@@ -183,7 +184,7 @@ pub(crate) fn finish_orchestration(
 ) -> Result<()> {
     let now = now_ms();
     let terminal = matches!(status, "completed" | "failed" | "cancelled");
-    tx.execute(
+    tx.exec(
             "UPDATE orchestrations SET status = ?2, cost_usd = ?3, input_tokens = ?4, output_tokens = ?5,
                 completed_steps = (SELECT COUNT(*) FROM orchestration_steps WHERE orchestration_id = ?1 AND status = 'completed'),
                 failed_steps = (SELECT COUNT(*) FROM orchestration_steps WHERE orchestration_id = ?1 AND status = 'failed'),
@@ -217,13 +218,13 @@ impl Store {
     /// Mark a plan whose owner died `failed`, and its unfinished steps `failed(orphaned)`.
     pub fn fail_orphaned_orchestration(&mut self, id: &str) -> Result<()> {
         let tx = self.conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-        tx.execute(
+        tx.exec(
             "UPDATE orchestration_steps SET status = 'failed', failure_reason = 'orphaned', completed_at = ?2
              WHERE orchestration_id = ?1 AND status IN ('pending','running','blocked')",
             params![id, now_ms()],
         )?;
         // Status only: the cost and token roll-ups written so far stay.
-        tx.execute(
+        tx.exec(
             "UPDATE orchestrations SET status = 'failed', completed_at = ?2 WHERE id = ?1",
             params![id, now_ms()],
         )?;
@@ -242,7 +243,7 @@ impl Store {
     pub fn orchestration(&self, id: &str) -> Result<Option<OrchestrationRow>> {
         Ok(self
             .conn()
-            .query_row(
+            .one(
                 "SELECT id, name, strategy, status, total_steps, completed_steps, failed_steps, cost_usd,
                     input_tokens, output_tokens, created_at, completed_at FROM orchestrations WHERE id = ?1",
                 [id],
@@ -314,7 +315,7 @@ fn append_plan_event(
     step: Option<&str>,
     payload: &serde_json::Value,
 ) -> Result<()> {
-    conn.execute(
+    conn.exec(
         "INSERT INTO plan_events (orchestration_id, seq, ts, kind, step_key, payload)
          VALUES (?1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM plan_events WHERE orchestration_id = ?1),
                  ?2, ?3, ?4, ?5)",

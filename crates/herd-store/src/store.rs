@@ -8,6 +8,7 @@ use std::time::Duration;
 use herd_core::{AgentEvent, Decoded, FailureReason, Status, SubagentId, Usage};
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
+use crate::sql::Cached;
 use crate::{NewSubagent, Result, StoreError, StoredEvent, SubagentRow, Update, migrate, now_ms};
 
 /// The files of one state dir (`.herd/` by default).
@@ -76,6 +77,7 @@ pub(crate) fn open_conn(paths: &StatePaths) -> Result<Connection> {
         }
     }
     conn.pragma_update(None, "synchronous", "NORMAL").map_err(wrap)?;
+    conn.set_prepared_statement_cache_capacity(crate::sql::CACHE_CAPACITY);
     migrate::migrate(&mut conn, &shown)?;
     Ok(conn)
 }
@@ -106,7 +108,7 @@ impl Store {
 
     /// Record the session (one CLI invocation, MCP connection, …) that parents subagents.
     pub fn create_session(&self, id: &str, kind: &str, cwd: &Path) -> Result<()> {
-        self.conn.execute(
+        self.conn.exec(
             "INSERT INTO sessions (id, kind, cwd, pid, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
             params![id, kind, cwd.display().to_string(), std::process::id(), now_ms()],
         )?;
@@ -123,10 +125,7 @@ impl Store {
 
     /// The subagent with this exact id.
     pub fn get(&self, id: &SubagentId) -> Result<Option<SubagentRow>> {
-        Ok(self
-            .conn
-            .query_row(&format!("{SELECT_ROW} WHERE id = ?1"), [id.as_str()], row)
-            .optional()?)
+        Ok(self.conn.one(&format!("{SELECT_ROW} WHERE id = ?1"), [id.as_str()], row).optional()?)
     }
 
     /// The one subagent whose id starts with `prefix`.
@@ -190,7 +189,7 @@ impl Store {
 
     /// Ask the owner of a run to stop it; returns false if it had already ended.
     pub fn request_cancel(&self, id: &SubagentId) -> Result<bool> {
-        let n = self.conn.execute(
+        let n = self.conn.exec(
             "UPDATE subagents SET cancel_requested_at = COALESCE(cancel_requested_at, ?2)
              WHERE id = ?1 AND status IN ('pending','queued','running','waiting_for_merge')",
             params![id.as_str(), now_ms()],
@@ -200,7 +199,7 @@ impl Store {
 
     /// Whether a cancel was requested for this run.
     pub fn cancel_requested(&self, id: &SubagentId) -> Result<bool> {
-        let v: Option<i64> = self.conn.query_row(
+        let v: Option<i64> = self.conn.one(
             "SELECT cancel_requested_at FROM subagents WHERE id = ?1",
             [id.as_str()],
             |r| r.get(0),
@@ -310,7 +309,7 @@ fn row(r: &Row<'_>) -> rusqlite::Result<SubagentRow> {
 /// Insert a new subagent row (status `pending`) and its `subagent_created` event.
 pub(crate) fn create_subagent(tx: &Connection, n: &NewSubagent) -> Result<()> {
     let now = now_ms();
-    tx.execute(
+    tx.exec(
         "INSERT INTO subagents (id, parent_session_id, name, cli, prompt, model, working_directory,
                 max_turns, timeout_ms, spec, owner_pid, owner_start_time, created_at)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
@@ -363,7 +362,7 @@ pub(crate) fn next_seq(
         *s += 1;
         return Ok(*s);
     }
-    let max: i64 = conn.query_row(
+    let max: i64 = conn.one(
         "SELECT COALESCE(MAX(seq), 0) FROM events WHERE subagent_id = ?1",
         [id.as_str()],
         |r| r.get(0),
@@ -381,7 +380,7 @@ pub(crate) fn apply_update(
     ts: i64,
 ) -> Result<Vec<StoredEvent>> {
     let current: String = conn
-        .query_row("SELECT status FROM subagents WHERE id = ?1", [id.as_str()], |r| r.get(0))
+        .one("SELECT status FROM subagents WHERE id = ?1", [id.as_str()], |r| r.get(0))
         .optional()?
         .ok_or_else(|| StoreError::NotFound(id.to_string()))?;
     if let Some(to) = u.status {
@@ -458,7 +457,7 @@ pub(crate) fn apply_update(
         let sql = format!("UPDATE subagents SET {} WHERE id = ?1", assignments.join(", "));
         let mut all = vec![V::Text(id.to_string())];
         all.extend(vals);
-        conn.execute(&sql, rusqlite::params_from_iter(all))?;
+        conn.exec(&sql, rusqlite::params_from_iter(all))?;
     }
     let mut stored = Vec::with_capacity(u.events.len());
     for ev in &u.events {

@@ -5,6 +5,7 @@ use herd_core::workspace::{Hold, admits};
 use rusqlite::{Connection, OptionalExtension, Row, TransactionBehavior, params};
 use serde::Serialize;
 
+use crate::sql::Cached;
 use crate::{Result, Store, StoreError, now_ms};
 
 /// A worktree about to be created.
@@ -115,7 +116,7 @@ fn holders(conn: &Connection, path: &str) -> Result<Vec<LockHolder>> {
 /// A holder is live while its run is active and its owning herd process still runs.
 fn is_live(conn: &Connection, h: &LockHolder, alive: IsAlive<'_>) -> Result<bool> {
     let active: Option<bool> = conn
-        .query_row(
+        .one(
             "SELECT status IN ('pending','queued','running','waiting_for_merge')
              FROM subagents WHERE id = ?1",
             [&h.holder],
@@ -144,7 +145,7 @@ pub(crate) fn acquire_lock(
         if is_live(conn, &h, alive)? {
             live.push(h);
         } else {
-            conn.execute(
+            conn.exec(
                 "DELETE FROM worktree_locks WHERE path = ?1 AND holder = ?2",
                 params![h.path, h.holder],
             )?;
@@ -177,7 +178,7 @@ pub(crate) fn release_locks(conn: &Connection, holder: &str) -> Result<usize> {
 impl Store {
     /// Record a worktree before `git worktree add` runs, so a crash still leaves a record.
     pub fn record_worktree(&self, w: &NewWorktree) -> Result<()> {
-        self.conn.execute(
+        self.conn.exec(
             "INSERT INTO worktrees (id, kind, run_id, step_key, subagent_id, repo, root, path,
                 branch, base, integration_branch, owner_pid, owner_start_time, created_at)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
@@ -210,7 +211,7 @@ impl Store {
         merge_commit: Option<&str>,
     ) -> Result<()> {
         let now = now_ms();
-        let n = self.conn.execute(
+        let n = self.conn.exec(
             "UPDATE worktrees SET status = ?2, head = COALESCE(?3, head),
                 merge_commit = COALESCE(?4, merge_commit),
                 merged_at = CASE WHEN ?2 = 'merged' THEN ?5 ELSE merged_at END,
@@ -255,7 +256,7 @@ impl Store {
     pub fn worktree_at(&self, path: &str) -> Result<Option<WorktreeRow>> {
         Ok(self
             .conn
-            .query_row(
+            .one(
                 &format!("{SELECT_WT} WHERE path = ?1 AND status != 'removed' LIMIT 1"),
                 [path],
                 wt_row,
@@ -267,7 +268,7 @@ impl Store {
     pub fn worktree_of(&self, subagent: &str) -> Result<Option<WorktreeRow>> {
         Ok(self
             .conn
-            .query_row(&format!("{SELECT_WT} WHERE subagent_id = ?1 LIMIT 1"), [subagent], wt_row)
+            .one(&format!("{SELECT_WT} WHERE subagent_id = ?1 LIMIT 1"), [subagent], wt_row)
             .optional()?)
     }
 
@@ -302,7 +303,7 @@ impl Store {
         for p in paths {
             for h in holders(&tx, &p)? {
                 if !is_live(&tx, &h, alive)? {
-                    n += tx.execute(
+                    n += tx.exec(
                         "DELETE FROM worktree_locks WHERE path = ?1 AND holder = ?2",
                         params![h.path, h.holder],
                     )?;
