@@ -315,9 +315,12 @@ fn append_plan_event(
     step: Option<&str>,
     payload: &serde_json::Value,
 ) -> Result<()> {
+    // `CAST(?1 AS TEXT)` in the subquery: with a bare `?1` SQLite (STAT4) re-prepares the
+    // statement on every call.
     conn.exec(
         "INSERT INTO plan_events (orchestration_id, seq, ts, kind, step_key, payload)
-         VALUES (?1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM plan_events WHERE orchestration_id = ?1),
+         VALUES (?1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM plan_events
+                      WHERE orchestration_id = CAST(?1 AS TEXT)),
                  ?2, ?3, ?4, ?5)",
         params![orch, ts, kind, step, payload.to_string()],
     )?;

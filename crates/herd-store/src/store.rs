@@ -362,8 +362,10 @@ pub(crate) fn next_seq(
         *s += 1;
         return Ok(*s);
     }
+    // `CAST(?1 AS TEXT)`, not `?1`: SQLite (with STAT4) would re-prepare this statement for
+    // every new id; the cast keeps the same plan (the index on (subagent_id, seq)).
     let max: i64 = conn.one(
-        "SELECT COALESCE(MAX(seq), 0) FROM events WHERE subagent_id = ?1",
+        "SELECT COALESCE(MAX(seq), 0) FROM events WHERE subagent_id = CAST(?1 AS TEXT)",
         [id.as_str()],
         |r| r.get(0),
     )?;

@@ -94,11 +94,13 @@ fn wt_row(r: &Row<'_>) -> rusqlite::Result<WorktreeRow> {
 }
 
 fn holders(conn: &Connection, path: &str) -> Result<Vec<LockHolder>> {
+    // Sorted here, not by ORDER BY: SQLite (with STAT4) re-prepares a statement that orders
+    // rows found by an equality on a bound value every time the value changes.
     let mut stmt = conn.prepare_cached(
         "SELECT l.path, l.holder, l.lock_mode, l.owner_pid, l.owner_start_time, l.acquired_at
-         FROM worktree_locks l WHERE l.path = ?1 ORDER BY l.acquired_at",
+         FROM worktree_locks l WHERE l.path = ?1",
     )?;
-    let rows = stmt
+    let mut rows = stmt
         .query_map([path], |r| {
             Ok(LockHolder {
                 path: r.get(0)?,
@@ -110,20 +112,19 @@ fn holders(conn: &Connection, path: &str) -> Result<Vec<LockHolder>> {
             })
         })?
         .collect::<rusqlite::Result<Vec<_>>>()?;
+    rows.sort_by_key(|h| h.acquired_at);
     Ok(rows)
 }
 
 /// A holder is live while its run is active and its owning herd process still runs.
 fn is_live(conn: &Connection, h: &LockHolder, alive: IsAlive<'_>) -> Result<bool> {
-    let active: Option<bool> = conn
-        .one(
-            "SELECT status IN ('pending','queued','running','waiting_for_merge')
-             FROM subagents WHERE id = ?1",
-            [&h.holder],
-            |r| r.get(0),
-        )
+    // The status is compared here: an `IN (…)` list would build a temporary table per call.
+    let status: Option<String> = conn
+        .one("SELECT status FROM subagents WHERE id = ?1", [&h.holder], |r| r.get(0))
         .optional()?;
-    Ok(active == Some(true) && h.owner_pid.is_some_and(|p| alive(p, h.owner_start_time)))
+    let active =
+        matches!(status.as_deref(), Some("pending" | "queued" | "running" | "waiting_for_merge"));
+    Ok(active && h.owner_pid.is_some_and(|p| alive(p, h.owner_start_time)))
 }
 
 /// Take `hold` on `path` for run `holder` inside the caller's write transaction: holders whose
