@@ -29,6 +29,8 @@ enum Cmd {
     Update {
         id: SubagentId,
         update: Box<Update>,
+        /// Other writes that belong with this update, run right after it in its savepoint.
+        with: Option<Job>,
         ack: oneshot::Sender<Result<Vec<StoredEvent>>>,
     },
     Flush(oneshot::Sender<Result<()>>),
@@ -42,6 +44,28 @@ enum Cmd {
 pub struct Writer {
     handle: WriterHandle,
     thread: Option<JoinHandle<()>>,
+}
+
+/// A write that has been queued: await [`committed`](Self::committed) to learn that it is
+/// stored (or why not). Queuing without waiting keeps a caller off the commit's latency.
+#[derive(Debug)]
+pub struct Pending<T> {
+    rx: oneshot::Receiver<Result<T>>,
+    what: &'static str,
+}
+
+impl<T> Pending<T> {
+    pub async fn committed(self) -> Result<T> {
+        self.rx.await.map_err(|_| StoreError::WriterGone(self.what.into()))?
+    }
+}
+
+/// A directory lock to try for a run as it is created.
+#[derive(Debug, Clone)]
+pub struct LockAttempt {
+    pub path: String,
+    pub hold: herd_core::workspace::Hold,
+    pub alive: fn(u32, Option<u64>) -> bool,
 }
 
 /// A cheap, cloneable way to send work to the writer.
@@ -107,12 +131,32 @@ impl WriterHandle {
 
     /// Apply an update (checked status transition, fields, events) after all queued events.
     pub async fn update(&self, id: &SubagentId, update: Update) -> Result<Vec<StoredEvent>> {
+        self.queue_update(id, update).await?.committed().await
+    }
+
+    /// Queue an update without waiting for its commit.
+    pub async fn queue_update(
+        &self,
+        id: &SubagentId,
+        update: Update,
+    ) -> Result<Pending<Vec<StoredEvent>>> {
+        self.queue_update_with(id, update, None).await
+    }
+
+    /// Queue an update, and `with` (writes that belong with it, in the same savepoint), without
+    /// waiting for the commit.
+    async fn queue_update_with(
+        &self,
+        id: &SubagentId,
+        update: Update,
+        with: Option<Job>,
+    ) -> Result<Pending<Vec<StoredEvent>>> {
         let (ack, rx) = oneshot::channel();
         self.tx
-            .send(Cmd::Update { id: id.clone(), update: Box::new(update), ack })
+            .send(Cmd::Update { id: id.clone(), update: Box::new(update), with, ack })
             .await
             .map_err(|_| StoreError::WriterGone("update".into()))?;
-        rx.await.map_err(|_| StoreError::WriterGone("update".into()))?
+        Ok(Pending { rx, what: "update" })
     }
 
     /// Run `f` on the writer's connection, in order with everything else; waits for the commit.
@@ -120,12 +164,17 @@ impl WriterHandle {
         &self,
         f: impl FnOnce(&rusqlite::Connection) -> Result<()> + Send + 'static,
     ) -> Result<()> {
+        self.queue(Box::new(f)).await?.committed().await
+    }
+
+    /// Queue `job` without waiting for its commit.
+    async fn queue(&self, job: Job) -> Result<Pending<()>> {
         let (ack, rx) = oneshot::channel();
         self.tx
-            .send(Cmd::Exec(Box::new(f), ack))
+            .send(Cmd::Exec(job, ack))
             .await
             .map_err(|_| StoreError::WriterGone("exec".into()))?;
-        rx.await.map_err(|_| StoreError::WriterGone("exec".into()))?
+        Ok(Pending { rx, what: "exec" })
     }
 
     /// [`Store::acquire_lock`](crate::Store::acquire_lock) on the writer's connection, so
@@ -160,6 +209,63 @@ impl WriterHandle {
         self.exec(move |c| crate::store::create_subagent(c, &n)).await
     }
 
+    /// Persist a new run in one go: the subagent (`pending`), whether it auto-approves, its
+    /// `subagent_spawn` audit entry, for a plan step the step's change to `running`, and, when
+    /// asked, an attempt at its directory lock (`Some(Ok)` taken, `Some(Err)` the blocking
+    /// holders: the run is created either way, and waits or fails for its lock afterwards).
+    pub async fn create_run(
+        &self,
+        n: NewSubagent,
+        auto_approve: bool,
+        audit: crate::NewAudit,
+        step: Option<StepChange>,
+        lock: Option<LockAttempt>,
+    ) -> Result<Option<std::result::Result<(), Vec<crate::LockHolder>>>> {
+        let slot = Arc::new(std::sync::Mutex::new(None));
+        let out = Arc::clone(&slot);
+        self.exec(move |c| {
+            crate::store::create_subagent(c, &n)?;
+            crate::audit::set_auto_approve(c, n.id.as_str(), auto_approve)?;
+            crate::audit::insert_audit(c, &audit)?;
+            if let Some(s) = step {
+                crate::plans::set_step(c, &s)?;
+            }
+            if let Some(l) = lock {
+                let owner = (n.owner_pid, n.owner_start_time);
+                let got = crate::worktrees::acquire_lock(
+                    c,
+                    &l.path,
+                    n.id.as_str(),
+                    l.hold,
+                    owner,
+                    &l.alive,
+                )?;
+                *out.lock().unwrap_or_else(|p| p.into_inner()) = Some(got);
+            }
+            Ok(())
+        })
+        .await?;
+        Ok(slot.lock().unwrap_or_else(|p| p.into_inner()).take())
+    }
+
+    /// The end of a run in one savepoint: its final update, its requests still waiting for a
+    /// person closed, its audit entry, its locks released.
+    /// Queued: await the returned [`Pending`] before showing the end to anyone.
+    pub async fn finish_run(
+        &self,
+        id: &SubagentId,
+        update: Update,
+        audit: crate::NewAudit,
+    ) -> Result<Pending<Vec<StoredEvent>>> {
+        let holder = id.to_string();
+        let with: Job = Box::new(move |c| {
+            crate::audit::close_requests_of(c, &holder)?;
+            crate::audit::insert_audit(c, &audit)?;
+            crate::worktrees::release_locks(c, &holder).map(drop)
+        });
+        self.queue_update_with(id, update, Some(with)).await
+    }
+
     /// Persist a plan run and its steps.
     pub async fn create_orchestration(&self, o: NewOrchestration) -> Result<()> {
         self.exec(move |c| crate::plans::create_orchestration(c, &o)).await
@@ -167,7 +273,12 @@ impl WriterHandle {
 
     /// Change a plan step's status (with a plan event).
     pub async fn set_step(&self, change: StepChange) -> Result<()> {
-        self.exec(move |c| crate::plans::set_step(c, &change)).await
+        self.queue_set_step(change).await?.committed().await
+    }
+
+    /// Queue a plan step's change without waiting for its commit.
+    pub async fn queue_set_step(&self, change: StepChange) -> Result<Pending<()>> {
+        self.queue(Box::new(move |c| crate::plans::set_step(c, &change))).await
     }
 
     /// Set a plan's status and roll-ups.
@@ -259,7 +370,7 @@ impl WriterHandle {
 /// Store `events` of `id` in order; serialized here, since the producer (decoding) is the
 /// busier side.
 fn append_events(
-    tx: &rusqlite::Transaction<'_>,
+    tx: &rusqlite::Connection,
     seqs: &mut HashMap<SubagentId, i64>,
     id: &SubagentId,
     ts: i64,
@@ -280,8 +391,15 @@ fn append_events(
     Ok(())
 }
 
+/// A statement without parameters (transaction control, savepoints), prepared once per
+/// connection: each batch runs several.
+fn fixed(tx: &rusqlite::Connection, sql: &str) -> Result<()> {
+    tx.prepare_cached(sql)?.execute([])?;
+    Ok(())
+}
+
 fn run(
-    mut conn: rusqlite::Connection,
+    conn: rusqlite::Connection,
     mut rx: mpsc::Receiver<Cmd>,
     publisher: broadcast::Sender<Arc<StoredEvent>>,
 ) {
@@ -300,18 +418,20 @@ fn run(
         let mut published: Vec<StoredEvent> = Vec::new();
         let mut replies: Vec<Reply> = Vec::new();
         let outcome = (|| -> Result<()> {
-            let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+            let tx = &conn;
+            fixed(tx, "BEGIN IMMEDIATE")?;
             for cmd in batch.drain(..) {
                 match cmd {
                     Cmd::Append { id, ts, events } => {
                         // In its own savepoint: events that cannot be stored (an unknown
                         // subagent) must not take the rest of the batch down with them.
-                        tx.execute_batch("SAVEPOINT app")?;
+                        fixed(tx, "SAVEPOINT app")?;
                         let before = published.len();
-                        match append_events(&tx, &mut seqs, &id, ts, events, &mut published) {
-                            Ok(()) => tx.execute_batch("RELEASE app")?,
+                        match append_events(tx, &mut seqs, &id, ts, events, &mut published) {
+                            Ok(()) => fixed(tx, "RELEASE app")?,
                             Err(e) => {
-                                tx.execute_batch("ROLLBACK TO app; RELEASE app")?;
+                                fixed(tx, "ROLLBACK TO app")?;
+                                fixed(tx, "RELEASE app")?;
                                 published.truncate(before);
                                 seqs.remove(&id);
                                 let msg = format!("events of {id} not stored: {e}");
@@ -319,11 +439,13 @@ fn run(
                             }
                         }
                     }
-                    Cmd::Update { id, update, ack } => {
-                        tx.execute_batch("SAVEPOINT upd")?;
-                        match apply_update(&tx, &mut seqs, &id, &update, now_ms()) {
+                    Cmd::Update { id, update, with, ack } => {
+                        fixed(tx, "SAVEPOINT upd")?;
+                        let applied = apply_update(tx, &mut seqs, &id, &update, now_ms())
+                            .and_then(|evs| with.map_or(Ok(()), |f| f(tx)).map(|()| evs));
+                        match applied {
                             Ok(evs) => {
-                                tx.execute_batch("RELEASE upd")?;
+                                fixed(tx, "RELEASE upd")?;
                                 published.extend(evs.iter().cloned());
                                 replies.push(Box::new(move |err| {
                                     let _ = ack.send(match err {
@@ -333,7 +455,8 @@ fn run(
                                 }));
                             }
                             Err(e) => {
-                                tx.execute_batch("ROLLBACK TO upd; RELEASE upd")?;
+                                fixed(tx, "ROLLBACK TO upd")?;
+                                fixed(tx, "RELEASE upd")?;
                                 // The sequence cache may have advanced; re-read it next time.
                                 seqs.remove(&id);
                                 let _ = ack.send(Err(e));
@@ -342,10 +465,10 @@ fn run(
                     }
                     Cmd::Stop => stop = true,
                     Cmd::Exec(f, ack) => {
-                        tx.execute_batch("SAVEPOINT ex")?;
-                        match f(&tx) {
+                        fixed(tx, "SAVEPOINT ex")?;
+                        match f(tx) {
                             Ok(()) => {
-                                tx.execute_batch("RELEASE ex")?;
+                                fixed(tx, "RELEASE ex")?;
                                 replies.push(Box::new(move |err| {
                                     let _ = ack.send(match err {
                                         None => Ok(()),
@@ -354,7 +477,8 @@ fn run(
                                 }));
                             }
                             Err(e) => {
-                                tx.execute_batch("ROLLBACK TO ex; RELEASE ex")?;
+                                fixed(tx, "ROLLBACK TO ex")?;
+                                fixed(tx, "RELEASE ex")?;
                                 seqs.clear();
                                 let _ = ack.send(Err(e));
                             }
@@ -372,9 +496,12 @@ fn run(
                     }
                 }
             }
-            tx.commit()?;
+            fixed(tx, "COMMIT")?;
             Ok(())
         })();
+        if outcome.is_err() && !conn.is_autocommit() {
+            let _ = conn.execute_batch("ROLLBACK");
+        }
         let err = outcome.err().map(|e| e.to_string());
         if err.is_some() {
             // Nothing of this batch is stored: sequence numbers must be re-read.
