@@ -131,6 +131,35 @@ fn leftovers_of_a_finished_run_are_killed_and_reported() {
 }
 
 #[test]
+fn a_leftover_lives_while_its_own_run_does_whatever_other_runs_end() {
+    // One guard serves every run of a herd: a process `a` left behind (re-parented to the guard
+    // while `a` still runs) must survive `b`'s end, and die with `a`.
+    let w = World::new();
+    let plan = r#"
+name: leftovers
+strategy: parallel
+defaults: {cli: command, prompt: go}
+steps:
+  - id: a
+    command: [sh, -c, "(setsid sleep 304.6 & echo $! > orphan.pid); sleep 2.5; kill -0 $(cat orphan.pid) && echo alive"]
+  - {id: b, command: [sleep, "0.3"]}
+"#;
+    std::fs::write(w.work.join("leftovers.yml"), plan).unwrap();
+    let (code, v) = w.json(&["run", "leftovers.yml", "--json"]);
+    assert_eq!(code, 0, "{v}");
+    let a = v["steps"].as_array().unwrap().iter().find(|s| s["id"] == "a").unwrap();
+    let id = a["subagent_id"].as_str().unwrap();
+    let (_, row) = w.json(&["show", id, "--json"]);
+    assert_eq!(row["result"], "alive", "{row}");
+    assert!(
+        procs_with_cmdline("sleep 304.6").is_empty(),
+        "{:?}",
+        procs_with_cmdline("sleep 304.6")
+    );
+    assert!(w.kinds(id).contains(&"leftovers_killed".to_owned()));
+}
+
+#[test]
 fn max_output_truncates_the_result_but_not_the_transcript() {
     let w = World::new();
     let (code, v) = w.json(&[

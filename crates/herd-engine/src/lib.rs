@@ -1,5 +1,5 @@
 //! herd-engine: the runtime. Opens the store, sweeps runs whose owner died, and runs subagents
-//! under guards with timeouts, cancellation and the stop ladder (see `run`).
+//! under its process guard with timeouts, cancellation and the stop ladder (see `run`).
 
 pub mod agents;
 pub mod config;
@@ -69,13 +69,16 @@ impl Default for EngineConfig {
     }
 }
 
-/// An open engine: the store, its writer, and how to start guards.
+/// An open engine: the store, its writer, and its process guard (started on first use).
 #[derive(Debug)]
 pub struct Engine {
     paths: StatePaths,
     store: Arc<Mutex<Store>>,
     writer: Writer,
     guard: GuardCommand,
+    keeper: Mutex<Option<Arc<supervisor::Keeper>>>,
+    /// This process and its start time, recorded as the owner of what it runs.
+    owner: (u32, Option<u64>),
     session_id: String,
     config: EngineConfig,
     /// How deep in a chain of herds this one runs (`HERD_DEPTH`, 0 at the top).
@@ -109,6 +112,8 @@ impl Engine {
             store: Arc::new(Mutex::new(store)),
             writer,
             guard,
+            keeper: Mutex::new(None),
+            owner: (std::process::id(), procfs::own_start_time()),
             session_id,
             config: EngineConfig::default(),
             depth: env_u32("HERD_DEPTH").unwrap_or(0),
@@ -133,6 +138,20 @@ impl Engine {
     /// The store, for short synchronous reads and writes.
     pub fn store(&self) -> MutexGuard<'_, Store> {
         self.store.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// This process and its start time, as recorded for what it owns.
+    pub(crate) fn owner(&self) -> (u32, Option<u64>) {
+        self.owner
+    }
+
+    /// The running guard, started now if there is none (or the last one died).
+    fn keeper(&self) -> Result<Arc<supervisor::Keeper>, SpawnError> {
+        let mut k = self.keeper.lock().unwrap_or_else(|p| p.into_inner());
+        match k.as_ref() {
+            Some(keeper) if keeper.is_alive() => Ok(keeper.clone()),
+            _ => Ok(k.insert(supervisor::Keeper::start(&self.guard)?).clone()),
+        }
     }
 
     /// Refuse to start subagents when this herd already runs at the depth limit.

@@ -21,8 +21,26 @@ use tokio::task::JoinSet;
 use crate::workspace::{IsolatedSpec, WorkspaceReq};
 
 mod isolation;
-use crate::{Engine, EngineError, StopLevel, TaskReport, TaskRequest, procfs};
+use crate::run::Ended;
+use crate::{Engine, EngineError, StopLevel, TaskReport, TaskRequest};
 use isolation::{Isolation, isolated_spec};
+
+/// A step's change of status (and why), for the store.
+pub(crate) fn step_change(
+    orch: &str,
+    key: &str,
+    status: &str,
+    reason: Option<String>,
+) -> StepChange {
+    StepChange {
+        orch: orch.into(),
+        key: key.into(),
+        status: status.into(),
+        subagent: None,
+        reason,
+        attempt: None,
+    }
+}
 
 /// All dependencies' results together are capped at this many bytes in a step's prompt.
 pub const DEFAULT_SUMMARY_CAP: usize = 16 * 1024;
@@ -214,7 +232,8 @@ fn contract(plan_id: &str, plan: &Plan, i: usize, timeout: Duration) -> serde_js
 
 struct Done {
     step: usize,
-    report: Result<TaskReport, EngineError>,
+    /// The report, and the commit of the run's last write (shown only once that is stored).
+    report: Result<(TaskReport, Ended), EngineError>,
 }
 
 impl Engine {
@@ -261,7 +280,7 @@ impl Engine {
                 }
             })
             .collect();
-        let me = std::process::id();
+        let (me, me_start) = self.owner();
         let w = self.writer();
         w.create_orchestration(NewOrchestration {
             id: plan_id.clone(),
@@ -272,7 +291,7 @@ impl Engine {
             source_file: opts.source_file.clone(),
             steps: new_steps,
             owner_pid: me,
-            owner_start_time: procfs::start_time(me),
+            owner_start_time: me_start,
         })
         .await?;
         w.finish_orchestration(&plan_id, "running", 0.0, Usage::default()).await?;
@@ -351,6 +370,8 @@ impl Engine {
             .collect();
         let (mut cost, mut usage) = (0.0f64, Usage::default());
         let mut cancelled = false;
+        // Step changes queued on the writer, each with what to show once it is committed.
+        let mut commits: JoinSet<Result<Option<PlanUpdate>, EngineError>> = JoinSet::new();
         let send = |u: PlanUpdate| {
             if let Some(tx) = updates {
                 let _ = tx.send(u);
@@ -373,49 +394,60 @@ impl Engine {
                             specs[step] = Some(spec);
                         }
                         let id = SubagentId::generate();
-                        self.create_run(&id, &req).await?;
-                        self.set_step(
-                            &plan_id,
-                            &s.id,
-                            "running",
-                            Some(id.to_string()),
-                            None,
-                            Some(attempt),
-                        )
-                        .await?;
                         outcomes[step].attempts = attempt;
                         outcomes[step].subagent_id = Some(id.to_string());
-                        send(PlanUpdate::Started {
-                            step: s.id.clone(),
-                            subagent: id.clone(),
-                            attempt,
+                        let change = StepChange {
+                            subagent: Some(id.to_string()),
+                            attempt: Some(attempt),
+                            ..step_change(&plan_id, &s.id, "running", None)
+                        };
+                        let started = updates.cloned().map(|tx| {
+                            (
+                                tx,
+                                PlanUpdate::Started {
+                                    step: s.id.clone(),
+                                    subagent: id.clone(),
+                                    attempt,
+                                },
+                            )
                         });
                         let engine = Arc::clone(self);
                         let stop = stop.clone();
+                        // Persisting the run is the task's first act, so the loop goes on to the
+                        // next step at once; the step is shown started once it is stored.
                         running.spawn(async move {
-                            let report = engine.start_run(id, req, stop, None).await;
+                            let report =
+                                match engine.persist_run(&id, &req, Some(change), true).await {
+                                    Ok(locked) => {
+                                        if let Some((tx, u)) = started {
+                                            let _ = tx.send(u);
+                                        }
+                                        engine.launch(id, req, stop, None, locked).await
+                                    }
+                                    Err(e) => Err(e),
+                                };
                             Done { step, report }
                         });
                     }
                     Action::DependencyFailed { step, cause } => {
                         let reason = format!("dependency_failed({})", plan.steps[cause].id);
                         let key = &plan.steps[step].id;
-                        self.set_step(&plan_id, key, "failed", None, Some(reason.clone()), None)
-                            .await?;
-                        outcomes[step].status = "failed".into();
-                        outcomes[step].failure_reason = Some(reason.clone());
-                        resolved[step] = true;
-                        send(PlanUpdate::Finished {
-                            step: plan.steps[step].id.clone(),
+                        let change = step_change(&plan_id, key, "failed", Some(reason.clone()));
+                        let shown = PlanUpdate::Finished {
+                            step: key.clone(),
                             status: "failed".into(),
-                            reason: Some(reason),
-                        });
+                            reason: Some(reason.clone()),
+                        };
+                        self.queue_step(&mut commits, change, Some(shown)).await?;
+                        outcomes[step].status = "failed".into();
+                        outcomes[step].failure_reason = Some(reason);
+                        resolved[step] = true;
                     }
                     Action::Skip { step } => {
                         let why = if cancelled { "cancelled" } else { "budget_exhausted" };
                         let key = &plan.steps[step].id;
-                        self.set_step(&plan_id, key, "cancelled", None, Some(why.into()), None)
-                            .await?;
+                        let change = step_change(&plan_id, key, "cancelled", Some(why.into()));
+                        self.queue_step(&mut commits, change, None).await?;
                         outcomes[step].status = "cancelled".into();
                         outcomes[step].failure_reason = Some(why.into());
                         resolved[step] = true;
@@ -443,7 +475,9 @@ impl Engine {
                     });
                     let (key, status) = (plan.steps[s].id.clone(), status.to_string());
                     let reason = failure.as_ref().map(ToString::to_string);
-                    self.set_step(&plan_id, &key, &status, None, reason.clone(), None).await?;
+                    self.writer()
+                        .set_step(step_change(&plan_id, &key, &status, reason.clone()))
+                        .await?;
                     outcomes[s].status = status.clone();
                     outcomes[s].failure_reason = reason.clone();
                     send(PlanUpdate::Finished { step: key, status, reason });
@@ -468,17 +502,27 @@ impl Engine {
                 failed,
                 total: n,
             });
-            if running.is_empty() {
+            if running.is_empty() && commits.is_empty() {
                 break;
             }
             tokio::select! {
-                joined = running.join_next() => {
+                // A step's change is shown once it is stored.
+                Some(committed) = commits.join_next(), if !commits.is_empty() => {
+                    let shown = committed.map_err(|e| EngineError::Task(e.to_string()))??;
+                    if let Some(u) = shown {
+                        send(u);
+                    }
+                }
+                joined = running.join_next(), if !running.is_empty() => {
                     let Some(joined) = joined else { continue };
                     let Done { step, report } = match joined {
                         Ok(d) => d,
                         Err(e) => return Err(EngineError::Task(e.to_string())),
                     };
-                    let report = report?;
+                    let (report, ended) = report?;
+                    // The step's own change below is queued after the run's end, so it is shown
+                    // only once both are stored; this watches the run's end for errors.
+                    commits.spawn(async move { ended.committed().await.map(|_| None).map_err(Into::into) });
                     let key = plan.steps[step].id.clone();
                     let ok = report.status == Status::Completed;
                     cost += report.cost_usd.unwrap_or(0.0);
@@ -518,10 +562,11 @@ impl Engine {
                         resolved[step] = true;
                         let status = report.status.to_string();
                         let reason = report.failure.as_ref().map(ToString::to_string);
-                        self.set_step(&plan_id, &key, &status, None, reason.clone(), None).await?;
+                        let change = step_change(&plan_id, &key, &status, reason.clone());
                         o.status = status.clone();
                         o.failure_reason = reason.clone();
-                        send(PlanUpdate::Finished { step: key, status, reason });
+                        let shown = PlanUpdate::Finished { step: key, status, reason };
+                        self.queue_step(&mut commits, change, Some(shown)).await?;
                     }
                     if let Some(budget) = plan.limits.budget_usd
                         && cost >= budget
@@ -557,24 +602,19 @@ impl Engine {
         })
     }
 
-    pub(crate) async fn set_step(
+    /// Queue a step's change without waiting for its commit; `shown` is sent once it is stored.
+    async fn queue_step(
         &self,
-        orch: &str,
-        key: &str,
-        status: &str,
-        subagent: Option<String>,
-        reason: Option<String>,
-        attempt: Option<u32>,
+        commits: &mut JoinSet<Result<Option<PlanUpdate>, EngineError>>,
+        change: StepChange,
+        shown: Option<PlanUpdate>,
     ) -> Result<(), EngineError> {
-        let change = StepChange {
-            orch: orch.into(),
-            key: key.into(),
-            status: status.into(),
-            subagent,
-            reason,
-            attempt,
-        };
-        Ok(self.writer().set_step(change).await?)
+        let pending = self.writer().queue_set_step(change).await?;
+        commits.spawn(async move {
+            pending.committed().await?;
+            Ok(shown)
+        });
+        Ok(())
     }
 
     /// The step's prompt with its dependencies' results (untrusted, capped, escaped) before it.

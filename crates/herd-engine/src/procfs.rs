@@ -33,33 +33,86 @@ pub fn start_time(pid: u32) -> Option<u64> {
 
 /// True if `pid` exists, is not a zombie, and (when given) started at `start`.
 pub fn is_same_process(pid: u32, start: Option<u64>) -> bool {
+    // This process is alive: no need to ask /proc (lock checks ask about it for every run).
+    if pid == std::process::id() && start.is_some_and(|s| Some(s) == own_start_time()) {
+        return true;
+    }
     stat(pid).is_some_and(|s| s.live && start.is_none_or(|want| s.start == want))
+}
+
+/// This process's start time, read once.
+pub fn own_start_time() -> Option<u64> {
+    static START: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+    *START.get_or_init(|| start_time(std::process::id()))
 }
 
 /// Every live (non-zombie) descendant of `root`, parents before children.
 pub fn descendants(root: u32) -> Vec<u32> {
-    let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
-    if let Ok(dir) = std::fs::read_dir("/proc") {
-        for entry in dir.flatten() {
-            let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
-                continue;
-            };
-            if let Some(s) = stat(pid).filter(|s| s.live) {
-                children.entry(s.ppid).or_default().push(pid);
-            }
+    descendants_of(&[root])
+}
+
+/// Every live descendant of any of `roots` (not the roots themselves), parents before children.
+/// The walk goes through zombies: a multi-threaded process whose main thread has exited shows
+/// as one while its other threads still run, and its children are still its own.
+pub fn descendants_of(roots: &[u32]) -> Vec<u32> {
+    let mut children: HashMap<u32, Vec<(u32, bool)>> = HashMap::new();
+    for pid in all_pids() {
+        if let Some(s) = stat(pid) {
+            children.entry(s.ppid).or_default().push((pid, s.live));
         }
     }
     let mut out = Vec::new();
-    let mut stack = vec![root];
+    let mut stack = roots.to_vec();
     while let Some(p) = stack.pop() {
         if let Some(kids) = children.get(&p) {
-            for &k in kids {
-                out.push(k);
+            for &(k, live) in kids {
+                if live {
+                    out.push(k);
+                }
                 stack.push(k);
             }
         }
     }
     out
+}
+
+fn all_pids() -> impl Iterator<Item = u32> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()))
+}
+
+/// The live direct children of `pid`: from `/proc/<pid>/task/<tid>/children` (one file per
+/// thread) where the kernel has them, from a scan of /proc otherwise.
+pub fn children(pid: u32) -> Vec<u32> {
+    let listed: std::io::Result<Vec<u32>> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .and_then(|tasks| {
+            let mut kids = Vec::new();
+            for t in tasks {
+                let text = std::fs::read_to_string(t?.path().join("children"))?;
+                kids.extend(text.split_ascii_whitespace().filter_map(|p| p.parse::<u32>().ok()));
+            }
+            Ok(kids)
+        });
+    match listed {
+        // The files list zombies too: only the live ones count.
+        Ok(kids) => kids.into_iter().filter(|&k| is_same_process(k, None)).collect(),
+        Err(_) => {
+            all_pids().filter(|&p| stat(p).is_some_and(|s| s.live && s.ppid == pid)).collect()
+        }
+    }
+}
+
+/// The value of `name` in the environment `pid` was started with, if readable.
+pub fn env_var(pid: u32, name: &str) -> Option<Vec<u8>> {
+    let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    env.split(|&b| b == 0).find_map(|kv| {
+        kv.strip_prefix(name.as_bytes())
+            .and_then(|rest| rest.strip_prefix(b"="))
+            .map(<[u8]>::to_vec)
+    })
 }
 
 /// Send `sig` to a process group; false if it no longer exists.
@@ -84,6 +137,9 @@ mod tests {
         assert!(!is_same_process(me, Some(st + 1)));
         let mut child = std::process::Command::new("sleep").arg("5").spawn().unwrap();
         assert!(descendants(me).contains(&child.id()));
+        assert!(children(me).contains(&child.id()));
+        assert_eq!(env_var(child.id(), "PATH"), std::env::var("PATH").ok().map(String::into_bytes));
+        assert_eq!(env_var(child.id(), "HERD_NO_SUCH_VARIABLE_X"), None);
         child.kill().unwrap();
         child.wait().unwrap();
         assert!(!is_same_process(child.id(), None));

@@ -18,7 +18,7 @@ use crate::gate::calls::Calls;
 use crate::gate::{Gate, HookEnv, HookEvent, POLICY_LAYERS_VAR, Permissions, granted_env};
 use crate::lines::{LineSplitter, Piece};
 use crate::supervisor::{Child, child_env};
-use crate::workspace::{IsolatedSpec, WorkspaceReq};
+use crate::workspace::{IsolatedSpec, WorkspaceReq, lock_key};
 use crate::{Engine, EngineError, guard::GuardMsg, procfs};
 
 /// A task to run as one subagent.
@@ -60,6 +60,9 @@ pub struct Progress {
     pub current_tool: Option<String>,
     pub events: u64,
 }
+
+/// The commit of a run's last write (its end, audit entry, lock release).
+pub(crate) type Ended = herd_store::Pending<Vec<herd_store::StoredEvent>>;
 
 /// How a run ended.
 #[derive(Debug, Clone)]
@@ -123,50 +126,64 @@ impl Engine {
 
     /// Persist subagent `id` (status `pending`) with its contract, before any process exists.
     pub async fn create_run(&self, id: &SubagentId, req: &TaskRequest) -> Result<(), EngineError> {
+        self.persist_run(id, req, None, false).await.map(drop)
+    }
+
+    /// [`create_run`](Self::create_run), with a plan step's change to `running` and (`lock`) an
+    /// attempt at the run's directory lock in the same write. True if the lock was taken.
+    pub(crate) async fn persist_run(
+        &self,
+        id: &SubagentId,
+        req: &TaskRequest,
+        step: Option<herd_store::StepChange>,
+        lock: bool,
+    ) -> Result<bool, EngineError> {
         self.check_depth()?;
         req.permissions.validate(&req.spec).map_err(EngineError::InvalidPermissionConfig)?;
         let env_keys: Vec<&str> = req.env.iter().map(|(k, _)| k.as_str()).collect();
-        let me = std::process::id();
-        self.writer()
-            .create_subagent(NewSubagent {
-                id: id.clone(),
-                parent_session_id: self.session_id.clone(),
-                name: req.name.clone().unwrap_or_else(|| req.backend.to_string()),
-                cli: req.backend.to_string(),
-                prompt: req.spec.prompt.clone(),
-                model: req.spec.model.clone(),
-                working_directory: req.cwd.display().to_string(),
-                max_turns: req.spec.max_turns,
-                timeout_ms: Some(req.timeout.as_millis() as u64),
-                // The delegation contract. Explicit env values may be secrets: keys only.
-                spec: json!({
-                    "cli": req.backend, "spec": req.spec, "cwd": req.cwd,
-                    "timeout_ms": req.timeout.as_millis() as u64,
-                    "max_output_bytes": req.max_output_bytes, "env_keys": env_keys,
-                }),
-                owner_pid: me,
-                owner_start_time: procfs::start_time(me),
-            })
-            .await?;
+        let (owner_pid, owner_start_time) = self.owner();
         let auto = req.permissions.auto_approve.is_some();
-        self.writer()
-            .audit_spawn(
-                id,
-                auto,
-                herd_store::NewAudit {
-                    event_type: "subagent_spawn",
-                    severity: if auto { "warn" } else { "info" },
-                    subagent_id: Some(id.to_string()),
-                    parent_session_id: Some(self.session_id.clone()),
-                    details: Some(req.permissions.summary(&req.spec)),
-                    ..Default::default()
-                },
-            )
-            .await?;
-        Ok(())
+        let subagent = NewSubagent {
+            id: id.clone(),
+            parent_session_id: self.session_id.clone(),
+            name: req.name.clone().unwrap_or_else(|| req.backend.to_string()),
+            cli: req.backend.to_string(),
+            prompt: req.spec.prompt.clone(),
+            model: req.spec.model.clone(),
+            working_directory: req.cwd.display().to_string(),
+            max_turns: req.spec.max_turns,
+            timeout_ms: Some(req.timeout.as_millis() as u64),
+            // The delegation contract. Explicit env values may be secrets: keys only.
+            spec: json!({
+                "cli": req.backend, "spec": req.spec, "cwd": req.cwd,
+                "timeout_ms": req.timeout.as_millis() as u64,
+                "max_output_bytes": req.max_output_bytes, "env_keys": env_keys,
+            }),
+            owner_pid,
+            owner_start_time,
+        };
+        let audit = herd_store::NewAudit {
+            event_type: "subagent_spawn",
+            severity: if auto { "warn" } else { "info" },
+            subagent_id: Some(id.to_string()),
+            parent_session_id: Some(self.session_id.clone()),
+            details: Some(req.permissions.summary(&req.spec)),
+            ..Default::default()
+        };
+        let lock = match &req.workspace {
+            WorkspaceReq::Shared { lock: mode, .. } if lock => Some(herd_store::LockAttempt {
+                path: lock_key(&req.cwd),
+                hold: (*mode).into(),
+                alive: procfs::is_same_process,
+            }),
+            _ => None,
+        };
+        let got = self.writer().create_run(subagent, auto, audit, step, lock).await?;
+        Ok(matches!(got, Some(Ok(()))))
     }
 
-    /// Run a subagent persisted by [`create_run`](Self::create_run).
+    /// Run a subagent persisted by [`create_run`](Self::create_run); returns once its end is
+    /// stored.
     pub async fn start_run(
         &self,
         id: SubagentId,
@@ -174,6 +191,22 @@ impl Engine {
         stop: watch::Receiver<StopLevel>,
         progress: Option<watch::Sender<Progress>>,
     ) -> Result<TaskReport, EngineError> {
+        let (report, stored) = self.launch(id, req, stop, progress, false).await?;
+        stored.committed().await?;
+        Ok(report)
+    }
+
+    /// [`start_run`](Self::start_run) without waiting for the last write to commit: the caller
+    /// gets the report at once and shows it only once `Ended` has committed. `lock_taken`: the
+    /// directory lock came with the run's creation ([`persist_run`](Self::persist_run)).
+    pub(crate) async fn launch(
+        &self,
+        id: SubagentId,
+        req: TaskRequest,
+        stop: watch::Receiver<StopLevel>,
+        progress: Option<watch::Sender<Progress>>,
+        lock_taken: bool,
+    ) -> Result<(TaskReport, Ended), EngineError> {
         let backend = req.backend.backend();
         // Children carry their depth, so a herd they start knows where it stands.
         let gate = Arc::new(Gate::new(
@@ -207,7 +240,7 @@ impl Engine {
         };
         let mut run = RunState::new(self, &id, backend, &req, progress, Calls::new(gate))?;
         let started = Instant::now();
-        match self.prepare_workspace(&id, &req, &stop).await {
+        match self.prepare_workspace(&id, &req, &stop, lock_taken).await {
             Ok(None) => {}
             Ok(Some((status, failure))) => return run.finish(status, failure, started, &[]).await,
             Err(e) => {
@@ -221,10 +254,13 @@ impl Engine {
         let path_var = env.iter().find(|(k, _)| k == "PATH").map(|(_, v)| v.as_str());
         let override_bin = backend.program_override_var().and_then(|v| std::env::var(v).ok());
         let spawned = match backend.invocation(&req.spec, path_var, override_bin.as_deref()) {
-            Ok(inv) => Child::spawn(&self.guard, &inv, &req.cwd, &env)
-                .await
-                .map(|c| (c, inv))
-                .map_err(|e| e.to_string()),
+            Ok(inv) => match self.keeper() {
+                Ok(keeper) => Child::spawn(&keeper, id.as_str(), &inv, &req.cwd, &env)
+                    .await
+                    .map(|c| (c, inv))
+                    .map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
+            },
             Err(e) => Err(e.to_string()),
         };
         let (mut child, inv) = match spawned {
@@ -238,39 +274,42 @@ impl Engine {
             .chain(inv.args.iter().cloned())
             .collect();
         run.started_at = Some(now_ms());
-        self.writer()
-            .update(
-                &id,
-                Update {
-                    status: Some(Status::Running),
-                    pid: Some(child.pid),
-                    pgid: Some(child.pid),
-                    process_start_time: child.start_time,
-                    started_at: run.started_at,
-                    events: vec![AgentEvent::SubagentStarted {
-                        pid: child.pid,
-                        pgid: child.pid,
-                        argv: argv.clone(),
-                    }],
-                    ..Update::default()
-                },
-            )
-            .await?;
+        // Not waited for here: the run goes on while it commits; `finish` checks it.
+        run.running = Some(
+            self.writer()
+                .queue_update(
+                    &id,
+                    Update {
+                        status: Some(Status::Running),
+                        pid: Some(child.pid),
+                        pgid: Some(child.pid),
+                        process_start_time: child.start_time,
+                        started_at: run.started_at,
+                        events: vec![AgentEvent::SubagentStarted {
+                            pid: child.pid,
+                            pgid: child.pid,
+                            argv: argv.clone(),
+                        }],
+                        ..Update::default()
+                    },
+                )
+                .await?,
+        );
         run.calls.fire(
             HookEvent::SubagentStart,
             json!({"hook_event_name": "SubagentStart", "subagent_id": id.as_str(), "argv": argv}),
         );
-        child.write_stdin(&backend.initial_stdin(&req.spec)).await;
+        child.write_stdin(&backend.initial_stdin(&req.spec));
         if !backend.holds_stdin() {
-            child.close_stdin().await;
+            child.close_stdin();
         }
         match run.pump(&mut child, stop, timeout, req.spec.max_turns).await {
             Ok((status, failure)) => run.finish(status, failure, started, &argv).await,
             Err(e) => {
                 // herd itself failed (store, transcript): stop the agent and, if the store still
                 // takes writes, leave a terminal record rather than a `running` row.
-                child.kill().await;
-                child.wait_guard().await;
+                child.kill();
+                child.wait_exit().await;
                 let failure = FailureReason::AgentError { message: format!("herd error: {e}") };
                 let _ = run.finish(Status::Failed, Some(failure), started, &argv).await;
                 Err(e)
@@ -294,6 +333,8 @@ struct RunState<'e> {
     obs: Observed,
     /// When the process started (ms since the epoch), as recorded in its row.
     started_at: Option<i64>,
+    /// The queued write of the change to `running`, checked before the run's last write.
+    running: Option<herd_store::Pending<Vec<herd_store::StoredEvent>>>,
     stop_reason: Option<StopReason>,
     /// The terminal event arrived before any stop began.
     result_before_stop: bool,
@@ -327,6 +368,7 @@ impl<'e> RunState<'e> {
             last_progress: Instant::now(),
             obs: Observed::default(),
             started_at: None,
+            running: None,
             stop_reason: None,
             result_before_stop: false,
             ladder: Ladder::Idle,
@@ -359,7 +401,8 @@ impl<'e> RunState<'e> {
         let mut err_buf = vec![0u8; 8 * 1024];
         let (mut out_done, mut err_done, mut exited) = (false, false, false);
         let mut exited_at: Option<TInstant> = None;
-        let mut poll = tokio::time::interval(cfg.cancel_poll);
+        // First check one period in: a run that ends sooner never asks the store.
+        let mut poll = tokio::time::interval_at(TInstant::now() + cfg.cancel_poll, cfg.cancel_poll);
         let mut stop_open = true;
         while !(out_done && err_done && exited) {
             let ladder_at = self.ladder_deadline.unwrap_or(far);
@@ -461,7 +504,7 @@ impl<'e> RunState<'e> {
                     if let Ok((request_id, answer)) = done
                         && let Some(bytes) = self.backend.permission_answer(&request_id, &answer)
                     {
-                        child.write_stdin(&bytes).await;
+                        child.write_stdin(&bytes);
                     }
                 }
                 _ = poll.tick(), if self.stop_reason.is_none() => {
@@ -475,10 +518,10 @@ impl<'e> RunState<'e> {
                 }
             }
         }
-        child.wait_guard().await;
         // `herd cancel --force` may kill the group before our next poll saw the request.
         if self.stop_reason.is_none()
             && self.obs.result.is_none()
+            && self.obs.exit_signal.is_some()
             && (*stop.borrow() != StopLevel::None
                 || self.engine.store().cancel_requested(&self.id).unwrap_or(false))
         {
@@ -555,7 +598,7 @@ impl<'e> RunState<'e> {
         }
         // The terminal event arrived: end the input so the CLI exits (stdin held until result).
         if got_result && self.backend.holds_stdin() {
-            child.close_stdin().await;
+            child.close_stdin();
         }
         Ok(())
     }
@@ -574,11 +617,11 @@ impl<'e> RunState<'e> {
         let why = format!("{why:?}").to_lowercase();
         match self.backend.interrupt_message().filter(|_| child.stdin_open()) {
             Some(msg) => {
-                child.write_stdin(&msg).await;
+                child.write_stdin(&msg);
                 self.record_stop("interrupt", &why).await?;
             }
             None => {
-                child.signal(Signal::SIGINT).await;
+                child.signal(Signal::SIGINT);
                 self.record_stop("sigint", &why).await?;
             }
         }
@@ -591,8 +634,8 @@ impl<'e> RunState<'e> {
         match self.ladder {
             Ladder::Graceful => {
                 // Closing stdin too: some CLIs only finish once their input ends.
-                child.close_stdin().await;
-                child.signal(Signal::SIGTERM).await;
+                child.close_stdin();
+                child.signal(Signal::SIGTERM);
                 self.record_stop("sigterm", "graceful stop timed out").await?;
                 self.ladder = Ladder::Term;
                 self.ladder_deadline = Some(TInstant::now() + self.engine.config.term_grace);
@@ -605,7 +648,7 @@ impl<'e> RunState<'e> {
 
     async fn kill(&mut self, child: &mut Child, why: &str) -> Result<(), EngineError> {
         if self.ladder != Ladder::Killed {
-            child.kill().await;
+            child.kill();
             self.record_stop("sigkill", why).await?;
             self.ladder = Ladder::Killed;
         }
@@ -613,38 +656,36 @@ impl<'e> RunState<'e> {
         Ok(())
     }
 
-    /// The SubagentStop hooks, then the end of the run in the audit log.
-    async fn audit_end(
-        &self,
-        status: Status,
-        failure: Option<&FailureReason>,
-    ) -> Result<(), EngineError> {
+    /// The SubagentStop hooks (before the run's last write, so what they report is the run's).
+    async fn stop_hooks(&self, status: Status, failure: Option<&FailureReason>) {
         let gate = &self.calls.gate;
-        let name = gate.names().subagent_name.clone();
-        let reason = failure.map(ToString::to_string);
+        if !gate.has_hooks(HookEvent::SubagentStop) {
+            return;
+        }
         let payload = json!({
             "hook_event_name": "SubagentStop", "subagent_id": self.id.as_str(),
-            "status": status.to_string(), "failure_reason": reason,
+            "status": status.to_string(), "failure_reason": failure.map(ToString::to_string),
         });
-        gate.fire(HookEvent::SubagentStop, &name, payload).await;
+        gate.fire(HookEvent::SubagentStop, &gate.names().subagent_name, payload).await;
+    }
+
+    /// The end of the run, for the audit log.
+    fn end_audit(&self, status: Status, failure: Option<&FailureReason>) -> herd_store::NewAudit {
         let (event_type, severity) = match (status, failure) {
             (Status::Completed, _) => ("subagent_complete", "info"),
             (Status::Cancelled, _) => ("subagent_cancel", "warn"),
             (_, Some(FailureReason::Timeout)) => ("subagent_timeout", "error"),
             _ => ("subagent_fail", "warn"),
         };
-        self.engine
-            .writer()
-            .audit(herd_store::NewAudit {
-                event_type,
-                severity,
-                subagent_id: Some(self.id.to_string()),
-                parent_session_id: Some(gate.names().session_id.clone()),
-                details: Some(json!({"status": status.to_string(), "failure_reason": reason})),
-                ..Default::default()
-            })
-            .await?;
-        Ok(())
+        let reason = failure.map(ToString::to_string);
+        herd_store::NewAudit {
+            event_type,
+            severity,
+            subagent_id: Some(self.id.to_string()),
+            parent_session_id: Some(self.calls.gate.names().session_id.clone()),
+            details: Some(json!({"status": status.to_string(), "failure_reason": reason})),
+            ..Default::default()
+        }
     }
 
     /// Success is an event, not an exit code: our own stop reasons first, then the backend.
@@ -676,10 +717,12 @@ impl<'e> RunState<'e> {
         failure: Option<FailureReason>,
         started: Instant,
         argv: &[String],
-    ) -> Result<TaskReport, EngineError> {
+    ) -> Result<(TaskReport, Ended), EngineError> {
         let obs = std::mem::take(&mut self.obs);
         self.calls.close().await;
-        self.engine.writer().close_requests_of(&self.id).await?;
+        if let Some(running) = self.running.take() {
+            running.committed().await?;
+        }
         let mut events = Vec::new();
         let (status, failure, waiting) = match &self.merge_gate {
             Some(spec) => self.engine.merge_gate(spec, status, failure).await?,
@@ -734,49 +777,49 @@ impl<'e> RunState<'e> {
         let usage = r.map_or(self.decoder.usage(), |r| r.usage);
         let num_turns = r.and_then(|r| r.num_turns).or(Some(self.decoder.turns()));
         let now = now_ms();
-        self.engine
-            .writer()
-            .update(
-                &self.id,
-                Update {
-                    status: Some(status),
-                    failure: failure.clone(),
-                    exit_code: obs.exit_code,
-                    exit_signal: obs.exit_signal,
-                    native_session_id: obs.native_session_id.clone(),
-                    result: result.clone(),
-                    result_truncated: Some(truncated),
-                    num_turns,
-                    usage: Some(usage),
-                    cost_usd: r.and_then(|r| r.cost_usd),
-                    completed_at: Some(now),
-                    closed_at: closing.then_some(now),
-                    close_reason: closing.then(|| close_reason.clone()),
-                    events,
-                    ..Update::default()
-                },
-            )
-            .await?;
-        self.audit_end(status, failure.as_ref()).await?;
-        self.transcript.flush()?;
-        // The process is gone: whatever lock it held is free.
-        self.engine.writer().release_locks(self.id.to_string()).await?;
-        Meta {
-            id: self.id.to_string(),
-            cli: self.backend.kind().to_string(),
-            argv: argv.to_vec(),
-            started_at: self.started_at,
-            ended_at: now,
-            status: status.to_string(),
-            exit_reason: failure.as_ref().map(ToString::to_string),
+        self.stop_hooks(status, failure.as_ref()).await;
+        let audit = self.end_audit(status, failure.as_ref());
+        let update = Update {
+            status: Some(status),
+            failure: failure.clone(),
             exit_code: obs.exit_code,
             exit_signal: obs.exit_signal,
-            turns: num_turns,
-            transcript_bytes: self.transcript.bytes(),
-            lines_over_limit: obs.lines_over_limit,
+            native_session_id: obs.native_session_id.clone(),
+            result: result.clone(),
+            result_truncated: Some(truncated),
+            num_turns,
+            usage: Some(usage),
+            cost_usd: r.and_then(|r| r.cost_usd),
+            completed_at: Some(now),
+            closed_at: closing.then_some(now),
+            close_reason: closing.then(|| close_reason.clone()),
+            events,
+            ..Update::default()
+        };
+        // One write: the row, its requests closed, the audit entry, its locks released (the
+        // process is gone: whatever lock it held is free).
+        let ended = self.engine.writer().finish_run(&self.id, update, audit).await?;
+        self.transcript.flush()?;
+        // The summary beside the transcript; a run that printed nothing has neither (its row
+        // holds the same), so short command steps cost no files.
+        if self.transcript.bytes() > 0 || self.stderr_log.is_some() {
+            Meta {
+                id: self.id.to_string(),
+                cli: self.backend.kind().to_string(),
+                argv: argv.to_vec(),
+                started_at: self.started_at,
+                ended_at: now,
+                status: status.to_string(),
+                exit_reason: failure.as_ref().map(ToString::to_string),
+                exit_code: obs.exit_code,
+                exit_signal: obs.exit_signal,
+                turns: num_turns,
+                transcript_bytes: self.transcript.bytes(),
+                lines_over_limit: obs.lines_over_limit,
+            }
+            .write(self.engine.paths(), &self.id)?;
         }
-        .write(self.engine.paths(), &self.id)?;
-        Ok(TaskReport {
+        let report = TaskReport {
             id: self.id.clone(),
             status,
             failure,
@@ -787,6 +830,7 @@ impl<'e> RunState<'e> {
             usage,
             cost_usd: r.and_then(|r| r.cost_usd),
             duration_ms: started.elapsed().as_millis() as u64,
-        })
+        };
+        Ok((report, ended))
     }
 }

@@ -1,19 +1,29 @@
-//! Starting an agent under its guard and talking to the guard: stdin bytes, signals, kill.
+//! herd's side of the guard: one guard process per engine (started on first use), agents
+//! started through it with herd holding their pipes, signals and kills sent to it per run.
 //! Owns the child's environment allowlist, so nothing from herd's environment leaks by accident.
 
+use std::collections::HashMap;
 use std::ffi::OsString;
-use std::os::fd::OwnedFd;
-use std::path::PathBuf;
+use std::io::IoSlice;
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use herd_backends::Invocation;
 use nix::sys::signal::Signal;
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
-use tokio::net::UnixStream;
+use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags, sendmsg};
+use rustix::pipe::{PipeFlags, pipe_with};
+use tokio::io::Interest;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::unix::pipe;
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::process::{ChildStderr, ChildStdout};
+use tokio::sync::mpsc;
 
-use crate::guard::{GuardMsg, frame, tag};
+use crate::guard::{GuardMsg, Report, SpawnRequest, frame, tag};
 
 /// How to start a guard: the herd binary and the arguments that select guard mode.
 #[derive(Debug, Clone)]
@@ -62,126 +72,269 @@ pub enum SpawnError {
     Guard { program: String, source: std::io::Error },
     #[error("{0}")]
     Agent(String),
-    #[error("the process guard exited before starting the agent")]
+    #[error("the process guard is gone (it exited before starting the agent)")]
     GuardDied,
 }
 
-/// A running agent, seen through its guard.
+/// One request to the guard, with the descriptors it hands over.
 #[derive(Debug)]
-pub struct Child {
-    pub pid: u32,
-    pub start_time: Option<u64>,
-    io: Option<(ChildStdout, ChildStderr)>,
-    ctl: OwnedWriteHalf,
-    msgs: Lines<BufReader<OwnedReadHalf>>,
-    guard: tokio::process::Child,
-    stdin_open: bool,
+struct Cmd {
+    frame: Vec<u8>,
+    fds: Vec<OwnedFd>,
 }
 
-impl Child {
-    /// Start `inv` in `cwd` with exactly `env`, under a guard.
-    pub async fn spawn(
-        guard: &GuardCommand,
-        inv: &Invocation,
-        cwd: &std::path::Path,
-        env: &[(String, String)],
-    ) -> Result<Child, SpawnError> {
+/// Where the guard's reports go: one channel per run, while the guard is there.
+#[derive(Debug, Default)]
+struct Routes {
+    open: bool,
+    runs: HashMap<u64, mpsc::UnboundedSender<GuardMsg>>,
+}
+
+/// The guard of one engine: its process, a task writing requests, a task routing reports.
+/// Dropped (with the engine and every [`Child`]), it closes the socket and the guard kills
+/// whatever is left.
+#[derive(Debug)]
+pub(crate) struct Keeper {
+    tx: mpsc::UnboundedSender<Cmd>,
+    routes: Arc<Mutex<Routes>>,
+    next_run: AtomicU64,
+    _process: tokio::process::Child,
+}
+
+fn lock(routes: &Mutex<Routes>) -> std::sync::MutexGuard<'_, Routes> {
+    routes.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Keeper {
+    /// Start the guard process and the two tasks that talk to it.
+    pub(crate) fn start(guard: &GuardCommand) -> Result<Arc<Keeper>, SpawnError> {
         let gerr =
             |source| SpawnError::Guard { program: guard.program.display().to_string(), source };
         let (ours, theirs) = std::os::unix::net::UnixStream::pair().map_err(gerr)?;
         ours.set_nonblocking(true).map_err(gerr)?;
-        let mut cmd = tokio::process::Command::new(&guard.program);
-        cmd.args(&guard.args)
-            .arg("--")
-            .arg(&inv.program)
-            .args(&inv.args)
+        let process = tokio::process::Command::new(&guard.program)
+            .args(&guard.args)
             .env_clear()
-            .envs(env.iter().map(|(k, v)| (k, v)))
-            .current_dir(cwd)
-            // Its own group: a Ctrl-C at herd's terminal is herd's to handle, not the child's.
+            // Nothing of the guard's own pins a directory; agents get theirs per request.
+            .current_dir("/")
+            // Its own group: a Ctrl-C at herd's terminal is herd's to handle.
             .process_group(0)
             .stdin(Stdio::from(OwnedFd::from(theirs)))
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let mut g = cmd.spawn().map_err(gerr)?;
-        let (Some(stdout), Some(stderr)) = (g.stdout.take(), g.stderr.take()) else {
-            return Err(SpawnError::GuardDied);
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(gerr)?;
+        let (r, w) = tokio::net::UnixStream::from_std(ours).map_err(gerr)?.into_split();
+        let routes = Arc::new(Mutex::new(Routes { open: true, ..Routes::default() }));
+        let (tx, rx) = mpsc::unbounded_channel();
+        tokio::spawn(write_loop(w, rx));
+        tokio::spawn(read_loop(r, routes.clone()));
+        Ok(Arc::new(Keeper { tx, routes, next_run: AtomicU64::new(1), _process: process }))
+    }
+
+    /// False once the guard's reports have ended (it died): start another.
+    pub(crate) fn is_alive(&self) -> bool {
+        lock(&self.routes).open && !self.tx.is_closed()
+    }
+
+    fn send(&self, tag: u8, run: u64, payload: &[u8]) {
+        let _ = self.tx.send(Cmd { frame: frame(tag, run, payload), fds: Vec::new() });
+    }
+}
+
+/// Requests go out in order; a spawn's descriptors ride on its frame's first byte.
+async fn write_loop(mut w: OwnedWriteHalf, mut rx: mpsc::UnboundedReceiver<Cmd>) {
+    while let Some(cmd) = rx.recv().await {
+        let Ok(sent) = send_fds(w.as_ref(), &cmd).await else { break };
+        // Our copies of the agent's pipe ends close here: the agent holds its own.
+        drop(cmd.fds);
+        if w.write_all(&cmd.frame[sent..]).await.is_err() {
+            break;
+        }
+    }
+    // Dropping the write half shuts it down: the guard sees the end and kills what is left.
+}
+
+/// Send the start of `cmd.frame` with its descriptors; returns how many bytes went.
+async fn send_fds(sock: &tokio::net::UnixStream, cmd: &Cmd) -> std::io::Result<usize> {
+    if cmd.fds.is_empty() {
+        return Ok(0);
+    }
+    let fds: Vec<BorrowedFd<'_>> = cmd.fds.iter().map(|f| f.as_fd()).collect();
+    loop {
+        sock.writable().await?;
+        let res = sock.try_io(Interest::WRITABLE, || {
+            let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(3))];
+            let mut anc = SendAncillaryBuffer::new(&mut space);
+            if !anc.push(SendAncillaryMessage::ScmRights(&fds)) {
+                return Err(std::io::Error::other("too many descriptors for one frame"));
+            }
+            sendmsg(sock, &[IoSlice::new(&cmd.frame)], &mut anc, SendFlags::NOSIGNAL)
+                .map_err(std::io::Error::from)
+        });
+        match res {
+            Ok(n) => return Ok(n),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Route each report to its run; at the end, every waiting run learns the guard is gone.
+async fn read_loop(r: OwnedReadHalf, routes: Arc<Mutex<Routes>>) {
+    let mut lines = BufReader::new(r).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        if let Ok(Report { run, msg }) = serde_json::from_str::<Report>(&line)
+            && let Some(tx) = lock(&routes).runs.get(&run)
+        {
+            let _ = tx.send(msg);
+        }
+    }
+    let mut routes = lock(&routes);
+    routes.open = false;
+    routes.runs.clear();
+}
+
+/// A running agent: its pipes are herd's; signals and kills go through the guard.
+#[derive(Debug)]
+pub struct Child {
+    pub pid: u32,
+    pub start_time: Option<u64>,
+    io: Option<(pipe::Receiver, pipe::Receiver)>,
+    /// Bytes for the agent's stdin, written by a task of their own (a full pipe never stalls
+    /// the caller); `None` once stdin is closed.
+    stdin: Option<mpsc::UnboundedSender<Vec<u8>>>,
+    run: u64,
+    keeper: Arc<Keeper>,
+    msgs: mpsc::UnboundedReceiver<GuardMsg>,
+    exited: bool,
+}
+
+impl Child {
+    /// Start `inv` in `cwd` with exactly `env` (plus `marker` as the run marker), under the guard.
+    pub(crate) async fn spawn(
+        keeper: &Arc<Keeper>,
+        marker: &str,
+        inv: &Invocation,
+        cwd: &Path,
+        env: &[(String, String)],
+    ) -> Result<Child, SpawnError> {
+        let perr = |e: std::io::Error| SpawnError::Agent(format!("cannot create pipes: {e}"));
+        let pair = || pipe_with(PipeFlags::CLOEXEC).map_err(|e| perr(e.into()));
+        let ((in_r, in_w), (out_r, out_w), (err_r, err_w)) = (pair()?, pair()?, pair()?);
+        let stdout = pipe::Receiver::from_owned_fd(out_r).map_err(perr)?;
+        let stderr = pipe::Receiver::from_owned_fd(err_r).map_err(perr)?;
+        let stdin = pipe::Sender::from_owned_fd(in_w).map_err(perr)?;
+        let run = keeper.next_run.fetch_add(1, Ordering::Relaxed);
+        let (tx, mut msgs) = mpsc::unbounded_channel();
+        {
+            let mut routes = lock(&keeper.routes);
+            if !routes.open {
+                return Err(SpawnError::GuardDied);
+            }
+            routes.runs.insert(run, tx);
+        }
+        let req = SpawnRequest {
+            marker: marker.as_bytes().to_vec(),
+            program: inv.program.as_os_str().as_bytes().to_vec(),
+            cwd: cwd.as_os_str().as_bytes().to_vec(),
+            args: inv.args.iter().map(|a| a.as_bytes().to_vec()).collect(),
+            env: env.iter().map(|(k, v)| (k.as_bytes().to_vec(), v.as_bytes().to_vec())).collect(),
         };
-        let (r, w) = UnixStream::from_std(ours).map_err(gerr)?.into_split();
-        let mut msgs = BufReader::new(r).lines();
-        let first = msgs.next_line().await.ok().flatten();
-        match first.and_then(|l| serde_json::from_str::<GuardMsg>(&l).ok()) {
-            Some(GuardMsg::Started { pid, start_time }) => Ok(Child {
-                pid,
-                start_time,
-                io: Some((stdout, stderr)),
-                ctl: w,
-                msgs,
-                guard: g,
-                stdin_open: true,
-            }),
+        let cmd =
+            Cmd { frame: frame(tag::SPAWN, run, &req.encode()), fds: vec![in_r, out_w, err_w] };
+        let sent = keeper.tx.send(cmd).is_ok();
+        let first = if sent { msgs.recv().await } else { None };
+        let forget = || lock(&keeper.routes).runs.remove(&run);
+        match first {
+            Some(GuardMsg::Started { pid, start_time }) => {
+                let (tx, rx) = mpsc::unbounded_channel();
+                tokio::spawn(stdin_loop(stdin, rx));
+                Ok(Child {
+                    pid,
+                    start_time,
+                    io: Some((stdout, stderr)),
+                    stdin: Some(tx),
+                    run,
+                    keeper: keeper.clone(),
+                    msgs,
+                    exited: false,
+                })
+            }
             Some(GuardMsg::SpawnError { message }) => {
-                let _ = g.wait().await;
+                forget();
                 Err(SpawnError::Agent(message))
             }
             _ => {
-                let _ = g.wait().await;
+                forget();
                 Err(SpawnError::GuardDied)
             }
         }
     }
 
     /// The agent's stdout and stderr (once).
-    pub fn take_io(&mut self) -> Option<(ChildStdout, ChildStderr)> {
+    pub fn take_io(&mut self) -> Option<(pipe::Receiver, pipe::Receiver)> {
         self.io.take()
     }
 
-    /// Write bytes to the agent's stdin (ignored once stdin is closed).
-    pub async fn write_stdin(&mut self, bytes: &[u8]) {
-        if self.stdin_open {
-            let _ = self.ctl.write_all(&frame(tag::DATA, bytes)).await;
+    /// Queue bytes for the agent's stdin (ignored once stdin is closed).
+    pub fn write_stdin(&mut self, bytes: &[u8]) {
+        if let Some(tx) = &self.stdin {
+            let _ = tx.send(bytes.to_vec());
         }
     }
 
-    /// Close the agent's stdin (EOF).
-    pub async fn close_stdin(&mut self) {
-        if std::mem::take(&mut self.stdin_open) {
-            let _ = self.ctl.write_all(&frame(tag::CLOSE_STDIN, &[])).await;
-        }
+    /// Close the agent's stdin (EOF), after what was queued.
+    pub fn close_stdin(&mut self) {
+        self.stdin = None;
     }
 
     pub fn stdin_open(&self) -> bool {
-        self.stdin_open
+        self.stdin.is_some()
     }
 
     /// Signal the agent's process group.
-    pub async fn signal(&mut self, sig: Signal) {
-        let _ = self.ctl.write_all(&frame(tag::SIGNAL, &(sig as i32).to_be_bytes())).await;
+    pub fn signal(&mut self, sig: Signal) {
+        self.keeper.send(tag::SIGNAL, self.run, &(sig as i32).to_be_bytes());
     }
 
-    /// SIGKILL the agent's group and every descendant.
-    pub async fn kill(&mut self) {
-        let _ = self.ctl.write_all(&frame(tag::KILL, &[])).await;
+    /// SIGKILL the agent's group and every process of its run.
+    pub fn kill(&mut self) {
+        self.keeper.send(tag::KILL, self.run, &[]);
     }
 
-    /// The next message from the guard; `None` once the guard is gone. Cancel-safe.
+    /// The next report about this agent; `None` once the guard is gone. Cancel-safe.
     pub async fn next_msg(&mut self) -> Option<GuardMsg> {
-        loop {
-            match self.msgs.next_line().await {
-                Ok(Some(line)) => {
-                    if let Ok(m) = serde_json::from_str(&line) {
-                        return Some(m);
-                    }
-                }
-                _ => return None,
-            }
+        let m = self.msgs.recv().await;
+        if matches!(m, Some(GuardMsg::Exited { .. })) {
+            self.exited = true;
+        }
+        m
+    }
+
+    /// Wait until the agent has exited (or the guard is gone).
+    pub async fn wait_exit(&mut self) {
+        while !self.exited && self.next_msg().await.is_some() {}
+    }
+}
+
+impl Drop for Child {
+    /// A run dropped before its agent exited (its task was aborted) takes the agent down.
+    fn drop(&mut self) {
+        if !self.exited {
+            self.kill();
+        }
+        lock(&self.keeper.routes).runs.remove(&self.run);
+    }
+}
+
+async fn stdin_loop(mut stdin: pipe::Sender, mut rx: mpsc::UnboundedReceiver<Vec<u8>>) {
+    while let Some(bytes) = rx.recv().await {
+        if stdin.write_all(&bytes).await.is_err() {
+            return;
         }
     }
-
-    /// Wait for the guard process itself to exit.
-    pub async fn wait_guard(&mut self) {
-        let _ = self.guard.wait().await;
-    }
+    // Every sender gone: the pipe closes here, after all that was queued.
 }
 
 #[cfg(test)]

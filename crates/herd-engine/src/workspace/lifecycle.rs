@@ -10,6 +10,7 @@ use herd_store::{NewWorktree, Update, now_ms};
 use tokio::sync::watch;
 
 use super::{Git, GitError, IsolatedSpec, Merge, WorkspaceError, WorkspaceReq, absolute};
+use crate::plan::step_change;
 use crate::{Engine, EngineError, StopLevel, TaskRequest, procfs};
 
 /// How often a run waiting for a lock tries again.
@@ -97,7 +98,7 @@ impl Engine {
     ) -> Result<IsolationPlan, EngineError> {
         let (dir, run_id) = (dir.to_path_buf(), run_id.to_owned());
         let (root, into) = (root.map(str::to_owned), into.map(str::to_owned));
-        let me = std::process::id();
+        let (me, me_start) = self.owner();
         let plan = blocking(move || -> Result<(IsolationPlan, NewWorktree), WorkspaceError> {
             let repo = absolute(&Git::new(&dir).toplevel().map_err(|e| {
                 WorkspaceError::Invalid(format!(
@@ -146,7 +147,7 @@ impl Engine {
                 base: base.clone(),
                 integration_branch: Some(branch.clone()),
                 owner_pid: me,
-                owner_start_time: procfs::start_time(me),
+                owner_start_time: me_start,
             };
             let plan = IsolationPlan {
                 repo,
@@ -192,8 +193,18 @@ impl Engine {
         id: &SubagentId,
         req: &TaskRequest,
         stop: &watch::Receiver<StopLevel>,
+        lock_taken: bool,
     ) -> Result<Option<(Status, Option<FailureReason>)>, EngineError> {
         match &req.workspace {
+            WorkspaceReq::Shared { lock, .. } if lock_taken => {
+                let hold = Hold::from(*lock);
+                if hold != Hold::None {
+                    let path = lock_key(&req.cwd);
+                    let ev = AgentEvent::LockAcquired { path, mode: hold.to_string() };
+                    self.writer().append(id, vec![Decoded::top(ev)]).await?;
+                }
+                Ok(None)
+            }
             WorkspaceReq::Shared { lock, wait } => {
                 self.take_lock(id, req, Hold::from(*lock), *wait, stop).await
             }
@@ -209,9 +220,8 @@ impl Engine {
         wait: bool,
         stop: &watch::Receiver<StopLevel>,
     ) -> Result<Option<(Status, Option<FailureReason>)>, EngineError> {
-        let path = lock_key(&req.cwd).await?;
-        let me = std::process::id();
-        let owner = (me, procfs::start_time(me));
+        let path = lock_key(&req.cwd);
+        let owner = self.owner();
         let mut waiting = false;
         loop {
             let got = self
@@ -225,7 +235,7 @@ impl Engine {
                         self.writer().append(id, vec![Decoded::top(ev)]).await?;
                     }
                     if waiting && let Some((orch, key)) = &req.plan_step {
-                        self.set_step(orch, key, "running", None, None, None).await?;
+                        self.writer().set_step(step_change(orch, key, "running", None)).await?;
                     }
                     return Ok(None);
                 }
@@ -254,7 +264,7 @@ impl Engine {
                     Update { status: Some(Status::Queued), events: vec![ev], ..Update::default() };
                 self.writer().update(id, update).await?;
                 if let Some((orch, key)) = &req.plan_step {
-                    self.set_step(orch, key, "blocked", None, None, None).await?;
+                    self.writer().set_step(step_change(orch, key, "blocked", None)).await?;
                 }
             }
             tokio::time::sleep(LOCK_POLL).await;
@@ -269,7 +279,7 @@ impl Engine {
         id: &SubagentId,
         spec: &IsolatedSpec,
     ) -> Result<Option<(Status, Option<FailureReason>)>, EngineError> {
-        let me = std::process::id();
+        let (me, me_start) = self.owner();
         self.store().record_worktree(&NewWorktree {
             id: spec.worktree_id.clone(),
             kind: "step".into(),
@@ -283,7 +293,7 @@ impl Engine {
             base: spec.base.clone(),
             integration_branch: Some(spec.integration_branch.clone()),
             owner_pid: me,
-            owner_start_time: procfs::start_time(me),
+            owner_start_time: me_start,
         })?;
         let s = spec.clone();
         let created = blocking(move || super::create_worktree(&s)).await?;
@@ -406,10 +416,10 @@ impl Engine {
 
 /// What a lock is taken on: the working tree that holds `dir` (a lock on a worktree covers
 /// all of it), else `dir` itself; canonical either way.
-async fn lock_key(dir: &Path) -> Result<String, EngineError> {
+pub(crate) fn lock_key(dir: &Path) -> String {
     let d = absolute(dir);
-    let key = blocking(move || super::git::worktree_top(&d).unwrap_or(d)).await?;
-    Ok(key.display().to_string())
+    // A few `stat`s up the tree: cheaper than a hop to a blocking thread.
+    super::git::worktree_top(&d).unwrap_or(d).display().to_string()
 }
 
 /// The first 12 characters of a commit id.
