@@ -68,6 +68,56 @@ fn a_failure_fails_exactly_its_descendants_and_results_flow_downstream() {
 }
 
 #[test]
+fn a_spent_budget_starts_nothing_more() {
+    let w = World::new();
+    if w.claude.is_none() {
+        return;
+    }
+    MockServer::shared().script("budget_a", Script::new().text("spent"));
+    // One at a time: the first step's cost is over the budget, so nothing after it may run.
+    std::fs::write(
+        w.work.join("budget.yml"),
+        "limits: {max_concurrent: 1, budget_usd: 0.0000001}\ndefaults: {cli: claude, prompt: \"SCENARIO=budget_a go\"}\nsteps: [{id: a}, {id: b}, {id: c}, {id: d}]\n",
+    )
+    .unwrap();
+    let (code, v) = w.json(&["run", "budget.yml", "--json"]);
+    assert_eq!(code, 1, "{v}");
+    let steps = v["steps"].as_array().unwrap();
+    assert_eq!(steps[0]["status"], "completed", "{v}");
+    for s in &steps[1..] {
+        assert_eq!(s["status"], "cancelled", "{v}");
+        assert_eq!(s["failure_reason"], "budget_exhausted", "{v}");
+    }
+    assert_eq!(MockServer::shared().requests_for("budget_a").len(), 1, "one agent ran");
+}
+
+#[test]
+fn at_most_max_concurrent_agents_run_at_once() {
+    // Each step counts the agents alive beside it through a shared directory.
+    let w = World::new();
+    std::fs::create_dir_all(w.work.join("live")).unwrap();
+    let script = "touch live/$$; ls live | wc -l; sleep 0.4; rm live/$$";
+    let steps: Vec<String> = (0..8).map(|i| format!("{{id: s{i}}}")).collect();
+    std::fs::write(
+        w.work.join("pool.yml"),
+        format!(
+            "limits: {{max_concurrent: 2}}\ndefaults: {{cli: command, prompt: go, command: [sh, -c, \"{script}\"]}}\nsteps: [{}]\n",
+            steps.join(", ")
+        ),
+    )
+    .unwrap();
+    let (code, v) = w.json(&["run", "pool.yml", "--json"]);
+    assert_eq!(code, 0, "{v}");
+    let mut seen = Vec::new();
+    for s in v["steps"].as_array().unwrap() {
+        let (_, row) = w.json(&["show", s["subagent_id"].as_str().unwrap(), "--json"]);
+        seen.push(row["result"].as_str().unwrap().trim().parse::<u32>().unwrap());
+    }
+    assert!(seen.iter().all(|&n| (1..=2).contains(&n)), "{seen:?}");
+    assert!(seen.contains(&2), "two ran side by side: {seen:?}");
+}
+
+#[test]
 fn the_example_plan_runs_offline() {
     // The README's main command, on a scratch git repository.
     let w = World::new();

@@ -353,7 +353,13 @@ impl Engine {
         let mut results: HashMap<usize, String> = HashMap::new();
         let deps: Vec<Vec<usize>> = plan.steps.iter().map(|s| s.deps.clone()).collect();
         let retries: Vec<u32> = plan.steps.iter().map(|s| s.fields.retries.unwrap_or(0)).collect();
-        let mut sched = Scheduler::new(&deps, &retries, bound);
+        // The pool bounds agent processes (`slots`); the scheduler runs up to as many steps
+        // again ahead of them, so a step's records are written while others' agents run, not
+        // while a slot stands empty. Not with a budget: a step starts only once the cost of
+        // those before it is known.
+        let slots = Arc::new(tokio::sync::Semaphore::new(bound));
+        let ahead = if plan.limits.budget_usd.is_some() { 0 } else { bound };
+        let mut sched = Scheduler::new(&deps, &retries, bound + ahead);
         let mut outcomes: Vec<StepOutcome> = plan
             .steps
             .iter()
@@ -413,19 +419,22 @@ impl Engine {
                         });
                         let engine = Arc::clone(self);
                         let stop = stop.clone();
+                        let slots = slots.clone();
                         // Persisting the run is the task's first act, so the loop goes on to the
                         // next step at once; the step is shown started once it is stored.
                         running.spawn(async move {
-                            let report =
-                                match engine.persist_run(&id, &req, Some(change), true).await {
-                                    Ok(locked) => {
-                                        if let Some((tx, u)) = started {
-                                            let _ = tx.send(u);
-                                        }
-                                        engine.launch(id, req, stop, None, locked).await
+                            let report = match engine
+                                .persist_run(&id, &req, Some(change), true)
+                                .await
+                            {
+                                Ok(locked) => {
+                                    if let Some((tx, u)) = started {
+                                        let _ = tx.send(u);
                                     }
-                                    Err(e) => Err(e),
-                                };
+                                    engine.launch(id, req, stop, None, locked, Some(&slots)).await
+                                }
+                                Err(e) => Err(e),
+                            };
                             Done { step, report }
                         });
                     }
@@ -495,9 +504,11 @@ impl Engine {
                 .iter()
                 .filter(|o| !matches!(o.status.as_str(), "pending" | "running"))
                 .count();
+            // Running: agents alive; queued: ready steps and those started ahead of a slot.
+            let alive = bound - slots.available_permits().min(bound);
             send(PlanUpdate::Counts {
-                running: sched.running(),
-                queued: sched.queued(),
+                running: alive,
+                queued: sched.queued() + sched.running().saturating_sub(alive),
                 done,
                 failed,
                 total: n,
@@ -561,7 +572,11 @@ impl Engine {
                     if !retrying && report.status != Status::WaitingForMerge {
                         resolved[step] = true;
                         let status = report.status.to_string();
-                        let reason = report.failure.as_ref().map(ToString::to_string);
+                        let mut reason = report.failure.as_ref().map(ToString::to_string);
+                        // Started ahead of a slot, then held back when the budget ran out.
+                        if report.status == Status::Cancelled && slots.is_closed() && !cancelled {
+                            reason.get_or_insert_with(|| "budget_exhausted".into());
+                        }
                         let change = step_change(&plan_id, &key, &status, reason.clone());
                         o.status = status.clone();
                         o.failure_reason = reason.clone();
@@ -572,6 +587,8 @@ impl Engine {
                         && cost >= budget
                     {
                         actions.extend(sched.stop_starting());
+                        // Steps started ahead but still waiting for a slot do not spawn.
+                        slots.close();
                     }
                 }
                 changed = stop.changed(), if !cancelled => {

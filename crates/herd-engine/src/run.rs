@@ -191,7 +191,7 @@ impl Engine {
         stop: watch::Receiver<StopLevel>,
         progress: Option<watch::Sender<Progress>>,
     ) -> Result<TaskReport, EngineError> {
-        let (report, stored) = self.launch(id, req, stop, progress, false).await?;
+        let (report, stored) = self.launch(id, req, stop, progress, false, None).await?;
         stored.committed().await?;
         Ok(report)
     }
@@ -206,6 +206,7 @@ impl Engine {
         stop: watch::Receiver<StopLevel>,
         progress: Option<watch::Sender<Progress>>,
         lock_taken: bool,
+        slots: Option<&Arc<tokio::sync::Semaphore>>,
     ) -> Result<(TaskReport, Ended), EngineError> {
         let backend = req.backend.backend();
         // Children carry their depth, so a herd they start knows where it stands.
@@ -240,6 +241,16 @@ impl Engine {
         };
         let mut run = RunState::new(self, &id, backend, &req, progress, Calls::new(gate))?;
         let started = Instant::now();
+        let isolated = matches!(req.workspace, WorkspaceReq::Isolated(_));
+        // A process slot (a plan's pool): held while the agent lives, and while an isolated
+        // step's worktree and setup command are made, as those run processes too.
+        let mut slot = None;
+        if isolated && let Some(sem) = slots {
+            match acquire(sem, &stop).await {
+                Some(p) => slot = Some(p),
+                None => return run.finish(Status::Cancelled, None, started, &[]).await,
+            }
+        }
         match self.prepare_workspace(&id, &req, &stop, lock_taken).await {
             Ok(None) => {}
             Ok(Some((status, failure))) => return run.finish(status, failure, started, &[]).await,
@@ -251,6 +262,14 @@ impl Engine {
             }
         }
 
+        if slot.is_none()
+            && let Some(sem) = slots
+        {
+            match acquire(sem, &stop).await {
+                Some(p) => slot = Some(p),
+                None => return run.finish(Status::Cancelled, None, started, &[]).await,
+            }
+        }
         let path_var = env.iter().find(|(k, _)| k == "PATH").map(|(_, v)| v.as_str());
         let override_bin = backend.program_override_var().and_then(|v| std::env::var(v).ok());
         let spawned = match backend.invocation(&req.spec, path_var, override_bin.as_deref()) {
@@ -303,7 +322,10 @@ impl Engine {
         if !backend.holds_stdin() {
             child.close_stdin();
         }
-        match run.pump(&mut child, stop, timeout, req.spec.max_turns).await {
+        let pumped = run.pump(&mut child, stop, timeout, req.spec.max_turns).await;
+        // The agent is gone: its slot is free while its end is written.
+        drop(slot);
+        match pumped {
             Ok((status, failure)) => run.finish(status, failure, started, &argv).await,
             Err(e) => {
                 // herd itself failed (store, transcript): stop the agent and, if the store still
@@ -315,6 +337,18 @@ impl Engine {
                 Err(e)
             }
         }
+    }
+}
+
+/// A process slot from `sem`, unless the run is stopped first (`None`).
+async fn acquire(
+    sem: &Arc<tokio::sync::Semaphore>,
+    stop: &watch::Receiver<StopLevel>,
+) -> Option<tokio::sync::OwnedSemaphorePermit> {
+    let mut stop = stop.clone();
+    tokio::select! {
+        p = sem.clone().acquire_owned() => p.ok(),
+        _ = stop.wait_for(|l| *l != StopLevel::None) => None,
     }
 }
 
