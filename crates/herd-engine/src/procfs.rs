@@ -105,6 +105,16 @@ pub fn children(pid: u32) -> Vec<u32> {
     }
 }
 
+/// The live direct children of the calling thread (for a single-threaded process: of the
+/// process), from one file; `None` where the kernel does not list children.
+pub fn own_thread_children() -> Option<Vec<u32>> {
+    let me = std::process::id();
+    let tid = nix::unistd::gettid();
+    let text = std::fs::read_to_string(format!("/proc/{me}/task/{tid}/children")).ok()?;
+    let kids = text.split_ascii_whitespace().filter_map(|p| p.parse::<u32>().ok());
+    Some(kids.filter(|&k| is_same_process(k, None)).collect())
+}
+
 /// The value of `name` in the environment `pid` was started with, if readable.
 pub fn env_var(pid: u32, name: &str) -> Option<Vec<u8>> {
     let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;

@@ -201,9 +201,7 @@ pub struct Child {
     pub pid: u32,
     pub start_time: Option<u64>,
     io: Option<(pipe::Receiver, pipe::Receiver)>,
-    /// Bytes for the agent's stdin, written by a task of their own (a full pipe never stalls
-    /// the caller); `None` once stdin is closed.
-    stdin: Option<mpsc::UnboundedSender<Vec<u8>>>,
+    stdin: Stdin,
     run: u64,
     keeper: Arc<Keeper>,
     msgs: mpsc::UnboundedReceiver<GuardMsg>,
@@ -247,20 +245,16 @@ impl Child {
         let first = if sent { msgs.recv().await } else { None };
         let forget = || lock(&keeper.routes).runs.remove(&run);
         match first {
-            Some(GuardMsg::Started { pid, start_time }) => {
-                let (tx, rx) = mpsc::unbounded_channel();
-                tokio::spawn(stdin_loop(stdin, rx));
-                Ok(Child {
-                    pid,
-                    start_time,
-                    io: Some((stdout, stderr)),
-                    stdin: Some(tx),
-                    run,
-                    keeper: keeper.clone(),
-                    msgs,
-                    exited: false,
-                })
-            }
+            Some(GuardMsg::Started { pid, start_time }) => Ok(Child {
+                pid,
+                start_time,
+                io: Some((stdout, stderr)),
+                stdin: Stdin::Direct(stdin),
+                run,
+                keeper: keeper.clone(),
+                msgs,
+                exited: false,
+            }),
             Some(GuardMsg::SpawnError { message }) => {
                 forget();
                 Err(SpawnError::Agent(message))
@@ -277,20 +271,45 @@ impl Child {
         self.io.take()
     }
 
-    /// Queue bytes for the agent's stdin (ignored once stdin is closed).
+    /// Write bytes to the agent's stdin without waiting: straight into the pipe while it takes
+    /// them, else queued for a task of their own (a full pipe never stalls the caller). Ignored
+    /// once stdin is closed; a broken pipe (the agent is gone) closes it.
     pub fn write_stdin(&mut self, bytes: &[u8]) {
-        if let Some(tx) = &self.stdin {
-            let _ = tx.send(bytes.to_vec());
-        }
+        self.stdin = match std::mem::replace(&mut self.stdin, Stdin::Closed) {
+            Stdin::Direct(pipe) => {
+                let mut off = 0;
+                loop {
+                    if off == bytes.len() {
+                        break Stdin::Direct(pipe);
+                    }
+                    match pipe.try_write(&bytes[off..]) {
+                        Ok(n) => off += n,
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                            let (tx, rx) = mpsc::unbounded_channel();
+                            let _ = tx.send(bytes[off..].to_vec());
+                            tokio::spawn(stdin_loop(pipe, rx));
+                            break Stdin::Queued(tx);
+                        }
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                        Err(_) => break Stdin::Closed,
+                    }
+                }
+            }
+            Stdin::Queued(tx) => {
+                let _ = tx.send(bytes.to_vec());
+                Stdin::Queued(tx)
+            }
+            Stdin::Closed => Stdin::Closed,
+        };
     }
 
     /// Close the agent's stdin (EOF), after what was queued.
     pub fn close_stdin(&mut self) {
-        self.stdin = None;
+        self.stdin = Stdin::Closed;
     }
 
     pub fn stdin_open(&self) -> bool {
-        self.stdin.is_some()
+        !matches!(self.stdin, Stdin::Closed)
     }
 
     /// Signal the agent's process group.
@@ -326,6 +345,16 @@ impl Drop for Child {
         }
         lock(&self.keeper.routes).runs.remove(&self.run);
     }
+}
+
+/// The agent's stdin, from herd's side.
+#[derive(Debug)]
+enum Stdin {
+    /// Nothing waiting: writes go straight into the pipe.
+    Direct(pipe::Sender),
+    /// The pipe was full once: writes go, in order, through a task that waits for room.
+    Queued(mpsc::UnboundedSender<Vec<u8>>),
+    Closed,
 }
 
 async fn stdin_loop(mut stdin: pipe::Sender, mut rx: mpsc::UnboundedReceiver<Vec<u8>>) {

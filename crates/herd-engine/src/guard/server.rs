@@ -263,10 +263,8 @@ impl Guard {
     /// Kill the trees of re-parented processes whose run is over (or unknown, once no agent
     /// runs). Returns how many processes that was.
     fn sweep(&mut self) -> u32 {
-        let orphans: Vec<u32> = procfs::children(std::process::id())
-            .into_iter()
-            .filter(|p| !self.by_pid.contains_key(p))
-            .collect();
+        let orphans: Vec<u32> =
+            own_children().into_iter().filter(|p| !self.by_pid.contains_key(p)).collect();
         if orphans.is_empty() {
             return 0;
         }
@@ -286,7 +284,7 @@ impl Guard {
         let Some(agent) = self.runs.get(&run) else { return };
         procfs::signal_group(agent.pid, Signal::SIGKILL);
         let mut roots = vec![agent.pid];
-        roots.extend(procfs::children(std::process::id()).into_iter().filter(|p| {
+        roots.extend(own_children().into_iter().filter(|p| {
             !self.by_pid.contains_key(p)
                 && procfs::env_var(*p, RUN_MARKER_VAR).is_some_and(|m| m == agent.marker)
         }));
@@ -317,6 +315,11 @@ impl Guard {
             std::thread::sleep(Duration::from_millis(5));
         }
     }
+}
+
+/// The guard's live children: the guard is single-threaded, so its one thread's list is all.
+fn own_children() -> Vec<u32> {
+    procfs::own_thread_children().unwrap_or_else(|| procfs::children(std::process::id()))
 }
 
 /// SIGKILL `roots` and all their descendants; returns how many were signalled.
