@@ -73,6 +73,11 @@ pub struct RunSpec {
     pub resume: Option<String>,
     /// For the command backend: the program and its arguments.
     pub command: Vec<String>,
+    /// Tools (normalised names) the CLI must ask herd about on every call, even those it would
+    /// run on its own (read-only ones, or ones the user's or the repository's settings allow),
+    /// so herd's rules, hooks and limits see every call they speak about. Filled by the engine.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ask_first: Vec<String>,
 }
 
 /// herd's answer to a CLI's request to use a tool.
@@ -138,6 +143,10 @@ pub trait Backend: Send + Sync + fmt::Debug {
     ) -> Result<Invocation, BackendError>;
     /// Prefixes of environment variables the CLI needs passed through (API keys, base URLs).
     fn env_prefixes(&self) -> &'static [&'static str];
+    /// The tools the CLI has when the run names none (empty: it has no permission bridge).
+    fn builtin_tools(&self) -> &'static [&'static str] {
+        &[]
+    }
     /// Bytes written to stdin at start.
     fn initial_stdin(&self, spec: &RunSpec) -> Vec<u8>;
     /// Whether stdin stays open after the initial bytes until the terminal event.

@@ -115,6 +115,54 @@ fn allow_rule_runs_a_command_deny_rule_blocks_rm_and_both_are_audited_with_hashe
 }
 
 #[test]
+fn read_only_calls_and_the_repositorys_own_settings_cannot_get_past_herds_rules() {
+    // claude runs `cat` and Read without asking, and a repository's .claude/settings.json may
+    // allow Bash or switch permissions off: herd must still see, count and decide every call.
+    let w = world_or_skip!();
+    std::fs::write(w.work.join("secret.txt"), "s3cret-value").unwrap();
+    std::fs::create_dir_all(w.work.join(".claude")).unwrap();
+    std::fs::write(
+        w.work.join(".claude/settings.json"),
+        r#"{"permissions":{"allow":["Bash","Read"],"defaultMode":"acceptEdits"}}"#,
+    )
+    .unwrap();
+    let secret = w.work.join("secret.txt").display().to_string();
+    MockServer::shared().script(
+        "perm_readonly",
+        Script::new()
+            .tool_use("Bash", bash(&format!("cat {secret}")))
+            .tool_use("Read", json!({"file_path": secret}))
+            .tool_use("Bash", bash("echo counted"))
+            .text("done: {{last_tool_result}}"),
+    );
+    let (code, v) = w.json(&[
+        "task",
+        "SCENARIO=perm_readonly go",
+        "--deny",
+        "Bash(cat *)",
+        "--deny",
+        "Read(*secret*)",
+        "--allow",
+        "Bash(echo *)",
+        "--permission-timeout",
+        "3s",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{v}");
+    let reqs = MockServer::shared().requests_for("perm_readonly");
+    let seen = reqs.last().unwrap().body.to_string();
+    assert!(!seen.contains("s3cret-value"), "a denied read reached the model: {seen}");
+    let rows = audit(&w, v["id"].as_str().unwrap());
+    let decisions = of_type(&rows, "permission_decision");
+    let by: Vec<(&str, &str)> = decisions
+        .iter()
+        .map(|d| (d["decision"].as_str().unwrap(), d["tool"].as_str().unwrap()))
+        .collect();
+    assert_eq!(by, [("deny", "Bash"), ("deny", "Read"), ("allow", "Bash")], "{rows:#?}");
+    assert!(of_type(&rows, "tool_call_observed").is_empty(), "{rows:#?}");
+}
+
+#[test]
 fn a_call_approved_from_a_second_process_runs() {
     let w = world_or_skip!();
     let made = w.work.join("approved.txt");

@@ -152,6 +152,7 @@ fn step_request(
                 .filter(|_| backend != BackendKind::Command),
             resume: None,
             command: f.command.clone().unwrap_or_default(),
+            ask_first: Vec::new(),
         },
         cwd,
         env: overlay

@@ -272,7 +272,14 @@ impl Engine {
         }
         let path_var = env.iter().find(|(k, _)| k == "PATH").map(|(_, v)| v.as_str());
         let override_bin = backend.program_override_var().and_then(|v| std::env::var(v).ok());
-        let spawned = match backend.invocation(&req.spec, path_var, override_bin.as_deref()) {
+        // What the CLI must always ask about, of the tools the run has.
+        let mut spec = req.spec.clone();
+        let tools: Vec<String> = match &spec.tools {
+            Some(t) => t.clone(),
+            None => backend.builtin_tools().iter().map(|t| (*t).to_owned()).collect(),
+        };
+        spec.ask_first = run.calls.gate.ask_first(&tools);
+        let spawned = match backend.invocation(&spec, path_var, override_bin.as_deref()) {
             Ok(inv) => match self.keeper() {
                 Ok(keeper) => Child::spawn(&keeper, id.as_str(), &inv, &req.cwd, &env)
                     .await

@@ -43,6 +43,10 @@ impl Backend for Claude {
         &["ANTHROPIC_", "CLAUDE_CODE_", "DISABLE_"]
     }
 
+    fn builtin_tools(&self) -> &'static [&'static str] {
+        BUILTIN_TOOLS
+    }
+
     fn initial_stdin(&self, spec: &RunSpec) -> Vec<u8> {
         user_message(&spec.prompt)
     }
@@ -112,6 +116,17 @@ pub fn args(spec: &RunSpec) -> Vec<String> {
     // allow / deny / ask rules, hooks and auto-approve limits and audits each decision. No rule
     // is pre-approved on claude's command line: a pre-approved call would bypass the gate.
     opt("--permission-prompt-tool", "stdio".into());
+    // A `defaultMode` in the user's or the repository's settings (acceptEdits, bypassPermissions)
+    // must not take calls away from the gate.
+    opt("--permission-mode", "default".into());
+    // `ask` rules in the settings layer of the command line outrank allow rules from any other
+    // settings file and claude's own read-only shortcuts (measured on 2.1.197: `echo` and Read
+    // then ask too).
+    if !spec.ask_first.is_empty() {
+        let names: Vec<String> =
+            spec.ask_first.iter().map(|t| claude_tool_name(t, spec.tools.as_deref())).collect();
+        opt("--settings", json!({"permissions": {"ask": names}}).to_string());
+    }
     if let Some(p) = &spec.append_system_prompt {
         opt("--append-system-prompt", p.clone());
     }
@@ -119,6 +134,34 @@ pub fn args(spec: &RunSpec) -> Vec<String> {
         opt("--resume", r.clone());
     }
     a
+}
+
+/// claude's built-in tools (2.1.197's init line, and the older names still accepted).
+pub const BUILTIN_TOOLS: &[&str] = &[
+    "Agent",
+    "Bash",
+    "Edit",
+    "Glob",
+    "Grep",
+    "MultiEdit",
+    "NotebookEdit",
+    "Read",
+    "Task",
+    "TodoWrite",
+    "WebFetch",
+    "WebSearch",
+    "Write",
+];
+
+/// A normalised tool name as claude spells it: a built-in's casing, else the spelling in the
+/// run's `--tools`, else as given (MCP tools are `mcp__server__tool`).
+fn claude_tool_name(normalised: &str, tools: Option<&[String]>) -> String {
+    BUILTIN_TOOLS
+        .iter()
+        .map(|t| (*t).to_owned())
+        .chain(tools.unwrap_or_default().iter().cloned())
+        .find(|t| t.eq_ignore_ascii_case(normalised))
+        .unwrap_or_else(|| normalised.to_owned())
 }
 
 /// A stream-json user message carrying `text`, newline-terminated.
@@ -175,13 +218,18 @@ mod tests {
             append_system_prompt: Some("be brief".into()),
             resume: Some("abc".into()),
             command: vec![],
+            ask_first: vec!["bash".into(), "mcp__srv__do".into()],
         };
         assert_eq!(
             args(&spec).join(" "),
             "-p --input-format stream-json --output-format stream-json --verbose --model sonnet \
              --max-turns 3 --tools Bash,Read --permission-prompt-tool stdio \
+             --permission-mode default --settings {\"permissions\":{\"ask\":[\"Bash\",\"mcp__srv__do\"]}} \
              --append-system-prompt be brief --resume abc"
         );
+        // Nothing to ask about: no settings layer.
+        let plain = RunSpec { ask_first: vec![], ..spec };
+        assert!(!args(&plain).contains(&"--settings".to_owned()));
     }
 
     #[test]

@@ -218,6 +218,7 @@ fn request(a: TaskArgs) -> anyhow::Result<TaskRequest> {
             append_system_prompt: None,
             resume: None,
             command: a.command,
+            ask_first: Vec::new(),
         },
         cwd,
         env: a.env,

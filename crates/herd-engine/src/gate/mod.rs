@@ -218,6 +218,26 @@ impl Gate {
         serde_json::to_string(&self.layers).unwrap_or_else(|_| "[]".into())
     }
 
+    /// The tools (normalised) the CLI must ask about on every call, of `tools` (what the run
+    /// has): Bash (herd counts and limits it, and the CLI's idea of a read-only command must not
+    /// outrank herd's rules), every tool a deny or ask rule of any layer names, every tool a
+    /// PreToolUse hook watches, and, with auto-approve (which counts every call), all of them.
+    pub fn ask_first(&self, tools: &[String]) -> Vec<String> {
+        let mut out: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
+        out.insert("bash".into());
+        for layer in &self.layers {
+            out.extend(layer.deny.iter().chain(&layer.ask).map(|r| r.tool.clone()));
+        }
+        let counted = self.perms.auto_approve.is_some();
+        for t in tools {
+            let t = normalize_tool(t);
+            if counted || self.perms.hooks.iter().any(|h| h.applies(HookEvent::PreToolUse, &t)) {
+                out.insert(t);
+            }
+        }
+        out.into_iter().collect()
+    }
+
     /// Hooks of `event` for `subject`.
     fn hooks(&self, event: HookEvent, subject: &str) -> Vec<HookDef> {
         self.perms.hooks.iter().filter(|h| h.applies(event, subject)).cloned().collect()

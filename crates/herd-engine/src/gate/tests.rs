@@ -189,3 +189,33 @@ async fn grants_expire_with_the_clock_and_secrets_are_never_summarised() {
     tokio::time::advance(Duration::from_secs(20)).await;
     assert!(!decide(&g, write).await, "the tool grant expired: not in tools");
 }
+
+#[test]
+fn what_the_cli_must_always_ask_about() {
+    let f = fixture();
+    let tools: Vec<String> = ["Bash", "Read", "Grep", "Write"].map(String::from).into();
+    // Bash always; tools named by deny or ask rules of any layer (inherited ones too).
+    let parent = Policy { deny: vec![Rule::parse("Grep(*.env)").unwrap()], ..Policy::default() };
+    let mut perms = Permissions::default();
+    perms.policy.ask = vec![Rule::parse("Write").unwrap()];
+    let spec = RunSpec::default();
+    assert_eq!(
+        gate(&f, perms.clone(), &[parent], &spec).ask_first(&tools),
+        ["bash", "grep", "write"]
+    );
+    // A PreToolUse hook watching Read makes Read ask too.
+    let hooked = Permissions {
+        hooks: vec![HookDef {
+            event: HookEvent::PreToolUse,
+            matcher: Some("Re*".into()),
+            command: "true".into(),
+            timeout: Duration::from_secs(1),
+        }],
+        ..Permissions::default()
+    };
+    assert_eq!(gate(&f, hooked, &[], &spec).ask_first(&tools), ["bash", "read"]);
+    // Auto-approve counts every call: every tool the run has asks.
+    let auto =
+        Permissions { auto_approve: Some(AutoApproveConfig::default()), ..Permissions::default() };
+    assert_eq!(gate(&f, auto, &[], &spec).ask_first(&tools), ["bash", "grep", "read", "write"]);
+}
