@@ -147,6 +147,10 @@ pub trait Backend: Send + Sync + fmt::Debug {
     fn builtin_tools(&self) -> &'static [&'static str] {
         &[]
     }
+    /// A normalised tool name as this CLI spells it.
+    fn tool_name(&self, normalised: &str) -> String {
+        normalised.to_owned()
+    }
     /// Bytes written to stdin at start.
     fn initial_stdin(&self, spec: &RunSpec) -> Vec<u8>;
     /// Whether stdin stays open after the initial bytes until the terminal event.

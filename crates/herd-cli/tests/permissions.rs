@@ -360,7 +360,62 @@ fn auto_approve_needs_known_tools() {
     let out = w.run(&["task", "x", "--deny", "Bash(rm *"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("Bash(rm *"));
+    // Under a herd that asks a person (HERD_POLICY_LAYERS from it, without auto-approve), a
+    // child cannot turn auto-approve on: children only narrow.
+    let out = w
+        .herd(&["task", "x", "--tools", "Bash", "--auto-approve"])
+        .env("HERD_POLICY_LAYERS", r#"[{"tools": ["bash"]}]"#)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("INVALID_PERMISSION_CONFIG") && err.contains("a herd above"), "{err}");
     // Nothing was started or recorded.
     let (_, ps) = w.json(&["ps", "--all", "--json"]);
     assert_eq!(ps, json!([]));
+}
+
+#[test]
+fn a_granted_tool_is_offered_and_refused_once_its_grant_expires() {
+    let w = world_or_skip!();
+    let (early, late) = (w.work.join("early.txt"), w.work.join("late.txt"));
+    let write = |p: &std::path::Path| json!({"file_path": p.display().to_string(), "content": "x"});
+    MockServer::shared().script(
+        "perm_grant",
+        Script::new()
+            .tool_use("Write", write(&early))
+            .tool_use("Bash", bash("sleep 2.5"))
+            .tool_use("Write", write(&late))
+            .text("done: {{last_tool_result}}"),
+    );
+    let (code, v) = w.json(&[
+        "task",
+        "SCENARIO=perm_grant go",
+        "--tools",
+        "Bash",
+        "--grant",
+        "tool:Write:2s",
+        "--allow",
+        "Write",
+        "--allow",
+        "Bash(sleep *)",
+        "--permission-timeout",
+        "3s",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{v}");
+    // claude was offered Write beside Bash, and the first call ran under the grant.
+    let first = &MockServer::shared().requests_for("perm_grant")[0];
+    let offered: Vec<&str> =
+        first.body["tools"].as_array().unwrap().iter().filter_map(|t| t["name"].as_str()).collect();
+    assert!(offered.contains(&"Write") && offered.contains(&"Bash"), "{offered:?}");
+    assert!(early.exists(), "the call under a valid grant did not run");
+    assert!(!late.exists(), "a call after the grant expired ran");
+    let rows = audit(&w, v["id"].as_str().unwrap());
+    let denied: Vec<&Value> = of_type(&rows, "permission_decision")
+        .into_iter()
+        .filter(|r| r["decision"] == "deny")
+        .collect();
+    assert_eq!(denied.len(), 1, "{rows:#?}");
+    assert_eq!(denied[0]["tool"], "Write");
 }

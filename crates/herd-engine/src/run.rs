@@ -140,6 +140,15 @@ impl Engine {
     ) -> Result<bool, EngineError> {
         self.check_depth()?;
         req.permissions.validate(&req.spec).map_err(EngineError::InvalidPermissionConfig)?;
+        if req.permissions.auto_approve.is_some()
+            && !herd_core::permission::may_auto_approve(&self.inherited_policies)
+        {
+            return Err(EngineError::InvalidPermissionConfig(
+                "INVALID_PERMISSION_CONFIG: auto-approve is not allowed here: a herd above this \
+                 one asks a person about calls no rule decides, and a child can only narrow"
+                    .into(),
+            ));
+        }
         let env_keys: Vec<&str> = req.env.iter().map(|(k, _)| k.as_str()).collect();
         let (owner_pid, owner_start_time) = self.owner();
         let auto = req.permissions.auto_approve.is_some();
@@ -232,8 +241,9 @@ impl Engine {
         explicit.extend(req.env.iter().cloned());
         // Granted secrets reach the child only at spawn and only while their grant is valid.
         explicit.extend(granted_env(&req.permissions));
-        let env = child_env(std::env::vars(), backend.env_prefixes(), &explicit);
-        drop(explicit);
+        let mut env = child_env(std::env::vars(), backend.env_prefixes(), &explicit);
+        // Explicit values may be secrets (grants, --env): wiped, not just dropped.
+        wipe_env(&mut explicit);
         // Auto-approve's time box bounds the whole run.
         let timeout = match &req.permissions.auto_approve {
             Some(a) => req.timeout.min(a.max_duration),
@@ -272,8 +282,16 @@ impl Engine {
         }
         let path_var = env.iter().find(|(k, _)| k == "PATH").map(|(_, v)| v.as_str());
         let override_bin = backend.program_override_var().and_then(|v| std::env::var(v).ok());
-        // What the CLI must always ask about, of the tools the run has.
+        // Tools granted for now are offered beside the run's own (the gate checks the grant at
+        // each call); then what the CLI must always ask about, of the tools the run has.
         let mut spec = req.spec.clone();
+        if let Some(tools) = spec.tools.as_mut() {
+            for g in req.permissions.granted_tools() {
+                if !tools.iter().any(|t| t.eq_ignore_ascii_case(&g)) {
+                    tools.push(backend.tool_name(&g));
+                }
+            }
+        }
         let tools: Vec<String> = match &spec.tools {
             Some(t) => t.clone(),
             None => backend.builtin_tools().iter().map(|t| (*t).to_owned()).collect(),
@@ -289,6 +307,8 @@ impl Engine {
             },
             Err(e) => Err(e.to_string()),
         };
+        // The child has its environment: herd's copy (grants included) is wiped.
+        wipe_env(&mut env);
         let (mut child, inv) = match spawned {
             Ok(c) => c,
             Err(message) => {
@@ -345,6 +365,16 @@ impl Engine {
             }
         }
     }
+}
+
+/// Overwrite every key and value (they may hold granted secrets) before the memory is freed.
+fn wipe_env(env: &mut Vec<(String, String)>) {
+    use zeroize::Zeroize;
+    for (k, v) in env.iter_mut() {
+        k.zeroize();
+        v.zeroize();
+    }
+    env.clear();
 }
 
 /// A process slot from `sem`, unless the run is stopped first (`None`).

@@ -146,9 +146,13 @@ impl Keeper {
 async fn write_loop(mut w: OwnedWriteHalf, mut rx: mpsc::UnboundedReceiver<Cmd>) {
     while let Some(cmd) = rx.recv().await {
         let Ok(sent) = send_fds(w.as_ref(), &cmd).await else { break };
+        let Cmd { mut frame, fds } = cmd;
         // Our copies of the agent's pipe ends close here: the agent holds its own.
-        drop(cmd.fds);
-        if w.write_all(&cmd.frame[sent..]).await.is_err() {
+        drop(fds);
+        let written = w.write_all(&frame[sent..]).await;
+        // A spawn frame holds the agent's environment (granted secrets too).
+        zeroize::Zeroize::zeroize(&mut frame);
+        if written.is_err() {
             break;
         }
     }
@@ -232,15 +236,18 @@ impl Child {
             }
             routes.runs.insert(run, tx);
         }
-        let req = SpawnRequest {
+        let mut req = SpawnRequest {
             marker: marker.as_bytes().to_vec(),
             program: inv.program.as_os_str().as_bytes().to_vec(),
             cwd: cwd.as_os_str().as_bytes().to_vec(),
             args: inv.args.iter().map(|a| a.as_bytes().to_vec()).collect(),
             env: env.iter().map(|(k, v)| (k.as_bytes().to_vec(), v.as_bytes().to_vec())).collect(),
         };
-        let cmd =
-            Cmd { frame: frame(tag::SPAWN, run, &req.encode()), fds: vec![in_r, out_w, err_w] };
+        let mut payload = req.encode();
+        let cmd = Cmd { frame: frame(tag::SPAWN, run, &payload), fds: vec![in_r, out_w, err_w] };
+        // The request carries the environment (granted secrets too): wiped once framed.
+        zeroize::Zeroize::zeroize(&mut payload);
+        req.wipe();
         let sent = keeper.tx.send(cmd).is_ok();
         let first = if sent { msgs.recv().await } else { None };
         let forget = || lock(&keeper.routes).runs.remove(&run);

@@ -47,6 +47,10 @@ impl Backend for Claude {
         BUILTIN_TOOLS
     }
 
+    fn tool_name(&self, normalised: &str) -> String {
+        claude_tool_name(normalised, None)
+    }
+
     fn initial_stdin(&self, spec: &RunSpec) -> Vec<u8> {
         user_message(&spec.prompt)
     }

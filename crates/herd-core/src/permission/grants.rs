@@ -21,9 +21,15 @@ impl From<String> for Secret {
     }
 }
 
+impl Zeroize for Secret {
+    fn zeroize(&mut self) {
+        self.0.zeroize();
+    }
+}
+
 impl Drop for Secret {
     fn drop(&mut self) {
-        self.0.zeroize();
+        self.zeroize();
     }
 }
 
@@ -110,6 +116,17 @@ impl Grants {
     }
 
     /// Tools granted and valid at `now`.
+    /// Every tool granted, valid or not.
+    pub fn tool_names(&self) -> Vec<String> {
+        self.grants
+            .iter()
+            .filter_map(|g| match &g.kind {
+                GrantKind::Tool { name } => Some(name.clone()),
+                GrantKind::Secret { .. } => None,
+            })
+            .collect()
+    }
+
     pub fn valid_tools(&self, now: Instant) -> Vec<String> {
         self.grants
             .iter()
@@ -215,10 +232,10 @@ mod tests {
         assert_eq!(format!("{s:?} {s}"), "*** ***");
         let k = GrantKind::Secret { name: "T".into(), value: s };
         assert!(!format!("{k:?}").contains("hunter2"));
-        // Zeroize on the same buffer Drop uses: the bytes are gone, not just the length.
-        let mut raw = String::from("hunter2");
-        raw.zeroize();
-        assert!(raw.is_empty());
+        // What Drop runs: the value is overwritten, not just forgotten.
+        let mut s = Secret::from("hunter2".to_owned());
+        s.zeroize();
+        assert_eq!(s.expose(), "");
     }
 
     #[test]

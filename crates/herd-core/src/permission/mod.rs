@@ -16,6 +16,6 @@ pub use limits::{
     AutoApproveConfig, AutoApprover, CallKind, KNOWN_TOOLS, Limited, PermissionConfigError,
     RateState, validate_auto_approve,
 };
-pub use policy::{Decision, Policy, evaluate_layers};
+pub use policy::{Decision, Policy, evaluate_layers, may_auto_approve};
 pub use rule::{Call, Rule, RuleError, glob_match, main_input, normalize_tool};
 pub use shell::{CommandLine, command_line, command_pieces};

@@ -22,6 +22,11 @@ pub struct Policy {
     pub ask: Vec<Rule>,
     #[serde(default)]
     pub readonly: bool,
+    /// herd approves the calls no rule decides (auto-approve), instead of asking a person. A
+    /// herd below may auto-approve only if every layer above does (a layer from before this
+    /// field existed reads as `false`: ask).
+    #[serde(default)]
+    pub auto_approve: bool,
 }
 
 /// What the rule stages decided (hooks and auto-approve come after, in the engine).
@@ -98,13 +103,22 @@ impl Policy {
 }
 
 /// Decide under every layer (the herds above first, this run last): the strictest answer
-/// wins, so a child can only narrow what its parents allow.
+/// wins, so a child can only narrow what its parents allow. Grants are this run's: only the
+/// last layer counts them (a parent's `tools` still bind a granted tool).
 pub fn evaluate_layers(layers: &[Policy], call: &Call, granted_tools: &[String]) -> Decision {
+    let last = layers.len().saturating_sub(1);
     layers
         .iter()
-        .map(|p| p.evaluate(call, granted_tools))
+        .enumerate()
+        .map(|(i, p)| p.evaluate(call, if i == last { granted_tools } else { &[] }))
         .min_by_key(Decision::rank)
         .unwrap_or(Decision::Undecided)
+}
+
+/// Whether a run under `inherited` (the herds above) may auto-approve: only if every one of
+/// them does. Otherwise the calls no rule decides go to a person, as the parent would have it.
+pub fn may_auto_approve(inherited: &[Policy]) -> bool {
+    inherited.iter().all(|p| p.auto_approve)
 }
 
 #[cfg(test)]
@@ -129,6 +143,7 @@ mod tests {
             deny: rules(&["Bash(rm *)"]),
             ask: rules(&["Bash(git push *)"]),
             readonly: false,
+            auto_approve: false,
         };
         assert!(matches!(p.evaluate(&bash("cargo test"), &[]), Decision::Allow { .. }));
         // Deny wins over an allow rule that also matches.
@@ -224,6 +239,7 @@ mod tests {
                 deny,
                 ask,
                 readonly,
+                auto_approve: false,
             })
     }
 
@@ -238,6 +254,12 @@ mod tests {
             let all = evaluate_layers(&layers, &call, &[]);
             for l in &layers {
                 prop_assert!(all.rank() <= l.evaluate(&call, &[]).rank());
+            }
+            // A grant is the run's own: it never widens what a layer above decides.
+            let granted = [call.tool.clone()];
+            let with_grant = evaluate_layers(&layers, &call, &granted);
+            for l in &layers[..layers.len() - 1] {
+                prop_assert!(with_grant.rank() <= l.evaluate(&call, &[]).rank());
             }
         }
 

@@ -86,6 +86,11 @@ impl Permissions {
         }
     }
 
+    /// The tools granted and valid now.
+    pub fn granted_tools(&self) -> Vec<String> {
+        lock(&self.grants).valid_tools(now())
+    }
+
     /// What the audit log keeps of these settings: rules, limits, grant names — never values.
     pub fn summary(&self, spec: &RunSpec) -> Value {
         let tools = &spec.tools;
@@ -193,11 +198,12 @@ impl Gate {
     ) -> Self {
         // Validated at create_run; a rule that stopped parsing since is dropped, never widened
         // into "no rules" (the deny-by-default of asking a person still applies).
-        let own = perms.run_policy(spec).unwrap_or_else(|_| {
+        let mut own = perms.run_policy(spec).unwrap_or_else(|_| {
             let mut p = perms.policy.clone();
             p.readonly = true;
             p
         });
+        own.auto_approve = perms.auto_approve.is_some();
         let mut layers = inherited.to_vec();
         layers.push(own);
         let approver = perms.auto_approve.clone().map(|c| AutoApprover::new(c, now()));
@@ -228,6 +234,8 @@ impl Gate {
         for layer in &self.layers {
             out.extend(layer.deny.iter().chain(&layer.ask).map(|r| r.tool.clone()));
         }
+        // A granted tool's grant is checked at each use, so the CLI must ask about it.
+        out.extend(lock(&self.perms.grants).tool_names());
         let counted = self.perms.auto_approve.is_some();
         for t in tools {
             let t = normalize_tool(t);

@@ -120,6 +120,18 @@ pub(crate) struct SpawnRequest {
 }
 
 impl SpawnRequest {
+    /// Overwrite the arguments and the environment (they may hold secrets).
+    pub fn wipe(&mut self) {
+        use zeroize::Zeroize;
+        for a in &mut self.args {
+            a.zeroize();
+        }
+        for (k, v) in &mut self.env {
+            k.zeroize();
+            v.zeroize();
+        }
+    }
+
     /// `[u32 len][bytes]` for each string; counts as u32 before the lists.
     pub fn encode(&self) -> Vec<u8> {
         fn put(out: &mut Vec<u8>, b: &[u8]) {

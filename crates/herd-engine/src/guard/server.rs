@@ -173,8 +173,9 @@ impl Guard {
                 // Taken first, whatever happens next, so later requests get their own.
                 let fds: Vec<OwnedFd> =
                     (0..3).filter_map(|_| self.fds.pop_front()).collect::<Vec<_>>();
+                let mut payload = f.payload;
                 let msg = match <[OwnedFd; 3]>::try_from(fds) {
-                    Ok(fds) => match SpawnRequest::decode(&f.payload) {
+                    Ok(fds) => match SpawnRequest::decode(&payload) {
                         Ok(req) => self.spawn(f.run, req, fds),
                         Err(e) => GuardMsg::SpawnError { message: format!("herd guard: {e}") },
                     },
@@ -182,6 +183,8 @@ impl Guard {
                         message: format!("herd guard: {}", ProtocolError::BadSpawn),
                     },
                 };
+                // The environment may hold granted secrets.
+                zeroize::Zeroize::zeroize(&mut payload);
                 self.report(f.run, msg);
             }
             tag::SIGNAL => {
@@ -214,7 +217,10 @@ impl Guard {
             .stdout(Stdio::from(stdout))
             .stderr(Stdio::from(stderr));
         // `cmd` holds our copies of the pipe ends; they are closed when it drops below.
-        match cmd.spawn() {
+        let spawned = cmd.spawn();
+        let mut req = req;
+        req.wipe();
+        match spawned {
             Ok(child) => {
                 let pid = child.id();
                 self.runs.insert(run, Agent { pid, marker: req.marker });
