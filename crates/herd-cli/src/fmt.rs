@@ -78,6 +78,13 @@ pub fn event_summary(ev: &AgentEvent) -> String {
         E::LockAcquired { path, mode } => format!("{mode} lock on {path}"),
         E::SubagentWaitingForMerge { branch, head, .. } => format!("{branch} at {head}"),
         E::WorktreeMerged { branch, into, commit } => format!("{branch} into {into} ({commit})"),
+        E::NothingToMerge { branch, into, uncommitted } if uncommitted.is_empty() => {
+            format!("{branch}: no commit that {into} lacks")
+        }
+        E::NothingToMerge { branch, uncommitted, .. } => format!(
+            "{branch}: nothing committed; {} uncommitted path(s) kept in its worktree",
+            uncommitted.len()
+        ),
         E::MergeConflict { branch, into, files, .. } => {
             format!("{branch} into {into}: {}", files.join(", "))
         }

@@ -57,7 +57,8 @@ fn isolated_steps_merge_in_plan_order_and_the_checkout_is_untouched() {
         defaults: {cli: claude, timeout: 60s, workspace: isolated, allow: [Bash]}\nsteps:\n\
         \x20 - {id: a, prompt: \"SCENARIO=ws3_a write a\"}\n\
         \x20 - {id: b, prompt: \"SCENARIO=ws3_b write b\"}\n\
-        \x20 - {id: c, prompt: \"SCENARIO=ws3_c write c\", setup: \"echo set-up > $HERD_WORKTREE/setup.txt && test \\\"$HERD_BRANCH\\\" = \\\"$(git branch --show-current)\\\"\"}\n";
+        \x20 - {id: c, prompt: \"SCENARIO=ws3_c write c\", setup: \"echo set-up > $HERD_WORKTREE/setup.txt && test \\\"$HERD_BRANCH\\\" = \\\"$(git branch --show-current)\\\" && test \\\"$HERD_REPO\\\" = \\\"REPO\\\"\"}\n";
+    let plan = plan.replace("REPO", &w.work.canonicalize().unwrap().display().to_string());
     let plan_file = w.state.parent().unwrap().join("iso3.yml");
     std::fs::write(&plan_file, plan).unwrap();
     let (code, v) = w.json(&["run", plan_file.to_str().unwrap(), "--json"]);
@@ -462,6 +463,34 @@ fn an_isolated_task_merges_into_a_named_branch_and_cancel_can_clean_its_worktree
     let out = w.run(&["cancel", plain["id"].as_str().unwrap(), "--cleanup-worktree"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a worktree herd created"));
+    assert_checkout_untouched(&w, &head);
+}
+
+#[test]
+fn without_auto_commit_uncommitted_work_is_not_reported_merged_and_stays() {
+    let w = world_or_skip!();
+    let head = init_repo(&w);
+    bash_then_done("nocommit", "echo N > n.txt", Duration::ZERO);
+    let plan = "defaults: {cli: claude, timeout: 60s, workspace: isolated, allow: [Bash]}\nsteps:\n\
+        \x20 - {id: n, prompt: \"SCENARIO=nocommit go\", auto_commit: false}\n";
+    let plan_file = w.state.parent().unwrap().join("nocommit.yml");
+    std::fs::write(&plan_file, plan).unwrap();
+    let (code, v) = w.json(&["run", plan_file.to_str().unwrap(), "--json"]);
+    assert_eq!(code, 0, "{v}");
+    let integ = v["integration_branch"].as_str().unwrap();
+    let sub = step(&v, "n")["subagent_id"].as_str().unwrap();
+    let kinds = w.kinds(sub);
+    assert!(!kinds.contains(&"worktree_merged".to_owned()), "{kinds:?}");
+    let nothing = w.events(sub).into_iter().find(|e| e["kind"] == "nothing_to_merge").unwrap();
+    assert_eq!(nothing["uncommitted"], json!(["n.txt"]), "{nothing}");
+    // The integration branch has no such file; the work waits in the worktree, which prune keeps.
+    assert!(git(&w.work, &["ls-tree", "--name-only", integ]).lines().all(|f| f != "n.txt"));
+    let (_, wts) = w.json(&["worktrees", "list", "--json"]);
+    let wt = wts.as_array().unwrap().iter().find(|r| r["subagent_id"] == sub).unwrap().clone();
+    let path = Path::new(wt["path"].as_str().unwrap());
+    assert_eq!(std::fs::read_to_string(path.join("n.txt")).unwrap(), "N\n");
+    w.run(&["worktrees", "prune"]);
+    assert!(path.join("n.txt").exists(), "prune dropped uncommitted work");
     assert_checkout_untouched(&w, &head);
 }
 

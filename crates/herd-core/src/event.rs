@@ -167,6 +167,14 @@ pub enum AgentEvent {
         into: String,
         commit: String,
     },
+    /// The run's branch held nothing the integration branch lacks: no merge was made.
+    /// `uncommitted` lists what the agent left uncommitted in its worktree (kept there).
+    NothingToMerge {
+        branch: String,
+        into: String,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        uncommitted: Vec<String>,
+    },
     /// Merging the run's branch conflicted; the merge was aborted and the branch kept.
     MergeConflict {
         branch: String,
@@ -285,6 +293,7 @@ impl AgentEvent {
             Self::LockAcquired { .. } => "lock_acquired",
             Self::SubagentWaitingForMerge { .. } => "subagent_waiting_for_merge",
             Self::WorktreeMerged { .. } => "worktree_merged",
+            Self::NothingToMerge { .. } => "nothing_to_merge",
             Self::MergeConflict { .. } => "merge_conflict",
             Self::Init { .. } => "init",
             Self::Text { .. } => "text",

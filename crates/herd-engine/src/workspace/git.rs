@@ -208,6 +208,8 @@ impl Git {
 pub enum Merge {
     /// Merged; the merge commit.
     Merged(String),
+    /// The branch is already contained in the checked-out branch: nothing was done.
+    NothingToMerge,
     /// Conflicted; the merge was aborted. Git's output and the conflicted files.
     Conflict { files: Vec<String>, output: String },
 }
@@ -217,6 +219,10 @@ impl Git {
     /// integration branch's first-parent history lists the steps in merge order). A conflict
     /// is aborted at once, leaving the working tree as it was.
     pub fn merge(&self, branch: &str, message: &str) -> Result<Merge, GitError> {
+        // git would answer "Already up to date" and succeed: say so instead of a merge.
+        if self.is_ancestor(branch, "HEAD")? {
+            return Ok(Merge::NothingToMerge);
+        }
         let ident = self.identity_args();
         let mut args: Vec<&str> = ident.iter().map(String::as_str).collect();
         args.extend(["merge", "--no-ff", "--no-edit", "-m", message, "--end-of-options", branch]);

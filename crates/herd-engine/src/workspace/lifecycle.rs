@@ -380,6 +380,17 @@ impl Engine {
                 let ev = AgentEvent::WorktreeMerged { branch: spec.branch.clone(), into, commit };
                 (Status::Completed, None, vec![ev])
             }
+            Ok(Merge::NothingToMerge) => {
+                // Whatever the agent left uncommitted (auto_commit: false) stays in its
+                // worktree, which is then dirty: prune keeps it.
+                let path = spec.path.clone();
+                let uncommitted =
+                    blocking(move || Git::new(&path).dirty_paths()).await?.unwrap_or_default();
+                self.store().set_worktree_status(&spec.worktree_id, "merged", None, None)?;
+                let ev =
+                    AgentEvent::NothingToMerge { branch: spec.branch.clone(), into, uncommitted };
+                (Status::Completed, None, vec![ev])
+            }
             Ok(Merge::Conflict { files, output }) => {
                 self.store().set_worktree_status(&spec.worktree_id, "conflict", None, None)?;
                 let ev =
