@@ -376,6 +376,56 @@ async fn a_plan_runs_through_the_run_plan_tool() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_projects_deny_rules_win_over_a_tasks_allow() {
+    let w = world_or_skip!();
+    std::fs::create_dir_all(w.work.join(".herd")).unwrap();
+    std::fs::write(w.work.join(".herd/config.yml"), "permissions:\n  deny: [\"Bash(rm *)\"]\n")
+        .unwrap();
+    let victim = w.work.join("victim.txt");
+    std::fs::write(&victim, "keep").unwrap();
+    MockServer::shared().script(
+        "mcp_deny",
+        Script::new()
+            .tool_use(
+                "Bash",
+                json!({"command": format!("rm -f {}", victim.display()), "description": "x"}),
+            )
+            .text("done: {{last_tool_result}}"),
+    );
+    let c = connect(&w, &[]).await;
+    let v = ok(
+        &c,
+        "task",
+        json!({"description": "try", "prompt": "SCENARIO=mcp_deny go", "agent_cli": "claude",
+               "allow": ["Bash"]}),
+    )
+    .await;
+    assert_eq!(v["status"], "completed", "{v}");
+    assert!(v["output"].as_str().unwrap().contains("deny rule"), "{v}");
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");
+    c.cancel().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plans_agents_share_the_servers_pool() {
+    // The server admits one agent at a time; a plan that allows three still runs one at once
+    // (each step counts the agents alive beside it through a shared directory).
+    let w = World::new();
+    std::fs::create_dir_all(w.work.join("live")).unwrap();
+    let c = connect(&w, &["--max-concurrent", "1"]).await;
+    let script = "touch live/$$; ls live | wc -l; sleep 0.3; rm live/$$";
+    let plan = format!(
+        "name: pool\nlimits: {{max_concurrent: 3}}\ndefaults: {{cli: command, prompt: go, command: [sh, -c, \"{script}\"]}}\nsteps: [{{id: a}}, {{id: b}}, {{id: c}}]\n"
+    );
+    let v = ok(&c, "run_plan", json!({"plan": plan})).await;
+    assert_eq!(v["status"], "completed", "{v}");
+    for s in v["steps"].as_array().unwrap() {
+        assert_eq!(s["output"].as_str().unwrap().trim(), "1", "{v}");
+    }
+    c.cancel().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_herd_at_the_depth_limit_refuses_to_spawn() {
     // A `herd mcp` started by a subagent (HERD_DEPTH=1) with the default limit of 1.
     let w = World::new();

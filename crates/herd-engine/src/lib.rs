@@ -9,6 +9,7 @@ pub mod lines;
 pub mod plan;
 pub mod procfs;
 mod run;
+mod slots;
 mod supervisor;
 pub mod workspace;
 

@@ -22,6 +22,7 @@ use crate::workspace::{IsolatedSpec, WorkspaceReq};
 
 mod isolation;
 use crate::run::Ended;
+use crate::slots::Slots;
 use crate::{Engine, EngineError, StopLevel, TaskReport, TaskRequest};
 use isolation::{Isolation, isolated_spec};
 
@@ -70,6 +71,9 @@ pub struct PlanOptions {
     pub id: Option<String>,
     /// Merge isolated steps into this branch (overrides the plan's `into`).
     pub into: Option<String>,
+    /// A process pool shared with other work (`herd mcp`'s): each step's agent also takes one
+    /// of its places, on top of the plan's own bound.
+    pub pool: Option<Arc<tokio::sync::Semaphore>>,
 }
 
 /// What a step's agent definition adds beyond plan fields.
@@ -358,7 +362,7 @@ impl Engine {
         // again ahead of them, so a step's records are written while others' agents run, not
         // while a slot stands empty. Not with a budget: a step starts only once the cost of
         // those before it is known.
-        let slots = Arc::new(tokio::sync::Semaphore::new(bound));
+        let slots = Arc::new(Slots::new(bound, opts.pool.clone()));
         let ahead = if plan.limits.budget_usd.is_some() { 0 } else { bound };
         let mut sched = Scheduler::new(&deps, &retries, bound + ahead);
         let mut outcomes: Vec<StepOutcome> = plan
@@ -506,7 +510,7 @@ impl Engine {
                 .filter(|o| !matches!(o.status.as_str(), "pending" | "running"))
                 .count();
             // Running: agents alive; queued: ready steps and those started ahead of a slot.
-            let alive = bound - slots.available_permits().min(bound);
+            let alive = slots.alive();
             send(PlanUpdate::Counts {
                 running: alive,
                 queued: sched.queued() + sched.running().saturating_sub(alive),

@@ -215,7 +215,7 @@ impl Engine {
         stop: watch::Receiver<StopLevel>,
         progress: Option<watch::Sender<Progress>>,
         lock_taken: bool,
-        slots: Option<&Arc<tokio::sync::Semaphore>>,
+        slots: Option<&crate::slots::Slots>,
     ) -> Result<(TaskReport, Ended), EngineError> {
         let backend = req.backend.backend();
         // Children carry their depth, so a herd they start knows where it stands.
@@ -255,8 +255,8 @@ impl Engine {
         // A process slot (a plan's pool): held while the agent lives, and while an isolated
         // step's worktree and setup command are made, as those run processes too.
         let mut slot = None;
-        if isolated && let Some(sem) = slots {
-            match acquire(sem, &stop).await {
+        if isolated && let Some(pool) = slots {
+            match pool.acquire(&stop).await {
                 Some(p) => slot = Some(p),
                 None => return run.finish(Status::Cancelled, None, started, &[]).await,
             }
@@ -273,9 +273,9 @@ impl Engine {
         }
 
         if slot.is_none()
-            && let Some(sem) = slots
+            && let Some(pool) = slots
         {
-            match acquire(sem, &stop).await {
+            match pool.acquire(&stop).await {
                 Some(p) => slot = Some(p),
                 None => return run.finish(Status::Cancelled, None, started, &[]).await,
             }
@@ -375,18 +375,6 @@ fn wipe_env(env: &mut Vec<(String, String)>) {
         v.zeroize();
     }
     env.clear();
-}
-
-/// A process slot from `sem`, unless the run is stopped first (`None`).
-async fn acquire(
-    sem: &Arc<tokio::sync::Semaphore>,
-    stop: &watch::Receiver<StopLevel>,
-) -> Option<tokio::sync::OwnedSemaphorePermit> {
-    let mut stop = stop.clone();
-    tokio::select! {
-        p = sem.clone().acquire_owned() => p.ok(),
-        _ = stop.wait_for(|l| *l != StopLevel::None) => None,
-    }
 }
 
 struct RunState<'e> {

@@ -161,6 +161,7 @@ async fn run_async(
         permissions,
         id: None,
         into: a.into.clone(),
+        pool: None,
     };
     let report = engine.run_plan(&plan, opts, stop_rx, Some(tx)).await;
     let _ = display.await;

@@ -203,6 +203,8 @@ impl Jobs {
         self.engine.check_depth()?;
         let id = format!("pln_{}", SubagentId::generate());
         opts.id = Some(id.clone());
+        // A plan's agents count against the server's pool like its tasks do.
+        opts.pool = Some(self.slots.clone());
         let (stop_tx, stop_rx) = watch::channel(StopLevel::None);
         let (done_tx, done_rx) = watch::channel(None);
         let job = Job { kind: Kind::Plan, background, stop: stop_tx, done: done_rx.clone() };

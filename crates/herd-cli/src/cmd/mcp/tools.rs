@@ -453,6 +453,7 @@ impl Server {
             permissions: crate::cmd::select::project_permissions().map_err(anyhow_err)?,
             id: None,
             into: None,
+            pool: None,
         };
         let background = p.background.unwrap_or(false);
         let (id, done) = self.jobs.submit_plan(plan, opts, background).await?;
