@@ -8,6 +8,22 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use nix::sys::resource::{UsageWho, getrusage};
+
+/// CPU seconds (user + system) used so far by `who`.
+fn cpu(who: UsageWho) -> f64 {
+    getrusage(who).map_or(0.0, |u| {
+        let t = |tv: nix::sys::time::TimeVal| tv.tv_sec() as f64 + tv.tv_usec() as f64 / 1e6;
+        t(u.user_time()) + t(u.system_time())
+    })
+}
+
+/// CPU of this process and of its waited-for children (herd waits for its guard, which waits
+/// for every agent: the whole tree is counted).
+fn cpu_all() -> f64 {
+    cpu(UsageWho::RUSAGE_SELF) + cpu(UsageWho::RUSAGE_CHILDREN)
+}
+
 fn steps() -> usize {
     std::env::var("HERD_BENCH_STEPS").ok().and_then(|s| s.parse().ok()).unwrap_or(2000)
 }
@@ -70,21 +86,38 @@ fn main() {
         .build()
         .expect("rt");
     println!("dispatch: {n} x /bin/true, 4 at a time, interleaved");
-    let (mut b, mut h) = (Vec::new(), Vec::new());
-    for round in 0..3 {
+    const ROUNDS: usize = 5;
+    let (mut b, mut h, mut bc, mut hc) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for round in 0..ROUNDS {
+        let c0 = cpu_all();
         b.push(bare(&rt, n));
+        let c1 = cpu_all();
         h.push(herd(&plan, dir.path(), round));
+        let c2 = cpu_all();
+        bc.push(c1 - c0);
+        hc.push(c2 - c1);
         println!(
-            "  round {round}: bare {:>6.0} ms, herd {:>6.0} ms",
+            "  round {round}: bare {:>6.0} ms ({:.2} s CPU), herd {:>6.0} ms ({:.2} s CPU)",
             b[round].as_secs_f64() * 1e3,
-            h[round].as_secs_f64() * 1e3
+            bc[round],
+            h[round].as_secs_f64() * 1e3,
+            hc[round],
         );
     }
     b.sort();
     h.sort();
-    let (bm, hm) = (b[1].as_secs_f64(), h[1].as_secs_f64());
+    bc.sort_by(f64::total_cmp);
+    hc.sort_by(f64::total_cmp);
+    let mid = ROUNDS / 2;
+    let (bm, hm) = (b[mid].as_secs_f64(), h[mid].as_secs_f64());
     println!("bare tokio pool: {:>7.0} ms ({:.2} ms/process)", bm * 1e3, bm * 1e3 / n as f64);
     println!("herd run:        {:>7.0} ms ({:.2} ms/step)", hm * 1e3, hm * 1e3 / n as f64);
+    println!(
+        "CPU (medians): bare {:.2} s, herd {:.2} s: {:.2}x",
+        bc[mid],
+        hc[mid],
+        hc[mid] / bc[mid]
+    );
     println!(
         "ratio {:.2}x (target <= 1.3x): {}",
         hm / bm,

@@ -165,7 +165,14 @@ impl Engine {
 
     /// Flush and stop the writer.
     pub async fn shutdown(self) -> Result<(), EngineError> {
-        Ok(self.writer.shutdown().await?)
+        let flushed = self.writer.shutdown().await;
+        // Every run has ended: the guard goes too (a run still holding it keeps it alive, and
+        // dropping that run's last handle closes it).
+        let keeper = self.keeper.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(k) = keeper.and_then(|k| Arc::try_unwrap(k).ok()) {
+            k.stop().await;
+        }
+        Ok(flushed?)
     }
 }
 

@@ -98,7 +98,7 @@ pub(crate) struct Keeper {
     tx: mpsc::UnboundedSender<Cmd>,
     routes: Arc<Mutex<Routes>>,
     next_run: AtomicU64,
-    _process: tokio::process::Child,
+    process: tokio::process::Child,
 }
 
 fn lock(routes: &Mutex<Routes>) -> std::sync::MutexGuard<'_, Routes> {
@@ -129,12 +129,20 @@ impl Keeper {
         let (tx, rx) = mpsc::unbounded_channel();
         tokio::spawn(write_loop(w, rx));
         tokio::spawn(read_loop(r, routes.clone()));
-        Ok(Arc::new(Keeper { tx, routes, next_run: AtomicU64::new(1), _process: process }))
+        Ok(Arc::new(Keeper { tx, routes, next_run: AtomicU64::new(1), process }))
     }
 
     /// False once the guard's reports have ended (it died): start another.
     pub(crate) fn is_alive(&self) -> bool {
         lock(&self.routes).open && !self.tx.is_closed()
+    }
+
+    /// Close the socket and wait (a bounded time) for the guard to kill what is left and exit,
+    /// so it is reaped, not left to init.
+    pub(crate) async fn stop(self) {
+        let Keeper { tx, mut process, .. } = self;
+        drop(tx);
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(10), process.wait()).await;
     }
 
     fn send(&self, tag: u8, run: u64, payload: &[u8]) {

@@ -93,13 +93,17 @@ fn wt_row(r: &Row<'_>) -> rusqlite::Result<WorktreeRow> {
     })
 }
 
-fn holders(conn: &Connection, path: &str) -> Result<Vec<LockHolder>> {
+/// The holders of locks on `path` (only the exclusive ones if `exclusive_only`), oldest first.
+fn holders(conn: &Connection, path: &str, exclusive_only: bool) -> Result<Vec<LockHolder>> {
     // Sorted here, not by ORDER BY: SQLite (with STAT4) re-prepares a statement that orders
     // rows found by an equality on a bound value every time the value changes.
-    let mut stmt = conn.prepare_cached(
+    let mut stmt = conn.prepare_cached(if exclusive_only {
         "SELECT l.path, l.holder, l.lock_mode, l.owner_pid, l.owner_start_time, l.acquired_at
-         FROM worktree_locks l WHERE l.path = ?1",
-    )?;
+         FROM worktree_locks l WHERE l.path = ?1 AND l.lock_mode = 'exclusive'"
+    } else {
+        "SELECT l.path, l.holder, l.lock_mode, l.owner_pid, l.owner_start_time, l.acquired_at
+         FROM worktree_locks l WHERE l.path = ?1"
+    })?;
     let mut rows = stmt
         .query_map([path], |r| {
             Ok(LockHolder {
@@ -138,8 +142,10 @@ pub(crate) fn acquire_lock(
     owner: (u32, Option<u64>),
     alive: IsAlive<'_>,
 ) -> Result<std::result::Result<(), Vec<LockHolder>>> {
+    // Only an exclusive holder can block a shared or unlocked run (the seed-000 table): the
+    // others need not be looked at, however many runs share the directory.
     let mut live = Vec::new();
-    for h in holders(conn, path)? {
+    for h in holders(conn, path, hold != Hold::Exclusive)? {
         if h.holder == holder {
             continue;
         }
@@ -302,7 +308,7 @@ impl Store {
             .collect::<rusqlite::Result<_>>()?;
         let mut n = 0;
         for p in paths {
-            for h in holders(&tx, &p)? {
+            for h in holders(&tx, &p, false)? {
                 if !is_live(&tx, &h, alive)? {
                     n += tx.exec(
                         "DELETE FROM worktree_locks WHERE path = ?1 AND holder = ?2",
@@ -324,7 +330,7 @@ impl Store {
             .collect::<rusqlite::Result<_>>()?;
         let mut out = Vec::new();
         for p in paths {
-            out.extend(holders(&self.conn, &p)?);
+            out.extend(holders(&self.conn, &p, false)?);
         }
         Ok(out)
     }

@@ -13,6 +13,9 @@ use crate::store::{apply_update, insert_event, next_seq, open_conn};
 use crate::{NewSubagent, Result, StatePaths, StoreError, StoredEvent, Update, now_ms};
 
 const MAX_BATCH: usize = 4096;
+/// A batch smaller than this waits up to [`SMALL_BATCH_YIELDS`] yields for more.
+const SMALL_BATCH: usize = 16;
+const SMALL_BATCH_YIELDS: usize = 3;
 
 /// A write run on the writer's connection.
 type Job = Box<dyn FnOnce(&rusqlite::Connection) -> Result<()> + Send>;
@@ -225,7 +228,10 @@ impl WriterHandle {
         let out = Arc::clone(&slot);
         self.exec(move |c| {
             crate::store::create_subagent(c, &n)?;
-            crate::audit::set_auto_approve(c, n.id.as_str(), auto_approve)?;
+            // The column defaults to off.
+            if auto_approve {
+                crate::audit::set_auto_approve(c, n.id.as_str(), true)?;
+            }
             crate::audit::insert_audit(c, &audit)?;
             if let Some(s) = step {
                 crate::plans::set_step(c, &s)?;
@@ -409,11 +415,20 @@ fn run(
     let mut stop = false;
     while let Some(first) = rx.blocking_recv() {
         batch.push(first);
-        while batch.len() < MAX_BATCH {
-            match rx.try_recv() {
-                Ok(c) => batch.push(c),
-                Err(_) => break,
+        // Group commit: a small batch gives the CPU away a few times first, so writers that are
+        // about to send (other runs) join this commit instead of paying for one of their own.
+        // With nothing else runnable a yield returns at once.
+        for round in 0..=SMALL_BATCH_YIELDS {
+            while batch.len() < MAX_BATCH {
+                match rx.try_recv() {
+                    Ok(c) => batch.push(c),
+                    Err(_) => break,
+                }
             }
+            if round == SMALL_BATCH_YIELDS || batch.len() >= SMALL_BATCH {
+                break;
+            }
+            std::thread::yield_now();
         }
         let mut published: Vec<StoredEvent> = Vec::new();
         let mut replies: Vec<Reply> = Vec::new();
