@@ -495,6 +495,51 @@ fn without_auto_commit_uncommitted_work_is_not_reported_merged_and_stays() {
 }
 
 #[test]
+fn the_worktree_root_and_base_are_configurable_and_checked_before_anything_starts() {
+    let w = world_or_skip!();
+    let first = init_repo(&w);
+    // A second commit on main: a step based on the first must not see its file.
+    std::fs::write(w.work.join("later.txt"), "later\n").unwrap();
+    git(&w.work, &["add", "later.txt"]);
+    git(&w.work, &["commit", "-qm", "later"]);
+    let head = git(&w.work, &["rev-parse", "HEAD"]).trim().to_owned();
+    bash_then_done("cfg_root", "ls && pwd", Duration::ZERO);
+    let roots = w.state.parent().unwrap().join("my-roots");
+    let plan = |root: &str, base: &str| {
+        format!(
+            "worktree_root: {root}\ndefaults: {{cli: claude, timeout: 60s, workspace: isolated, allow: [Bash], base: \"{base}\"}}\nsteps:\n  - {{id: s, prompt: \"SCENARIO=cfg_root go\"}}\n"
+        )
+    };
+    let plan_file = w.state.parent().unwrap().join("cfg.yml");
+    std::fs::write(&plan_file, plan(roots.to_str().unwrap(), &first)).unwrap();
+    let (code, v) = w.json(&["run", plan_file.to_str().unwrap(), "--json"]);
+    assert_eq!(code, 0, "{v}");
+    let sub = step(&v, "s")["subagent_id"].as_str().unwrap();
+    let out = w.events(sub).into_iter().find(|e| e["kind"] == "tool_result").unwrap();
+    let listing = out["content"].as_str().unwrap();
+    assert!(listing.contains("base.txt") && !listing.contains("later.txt"), "{listing}");
+    assert!(listing.contains(roots.canonicalize().unwrap().to_str().unwrap()), "{listing}");
+    assert_checkout_untouched(&w, &head);
+
+    // A base that names no commit, or a root inside the repository: refused, nothing started.
+    let before = w.json(&["ps", "--all", "--json"]).1.as_array().unwrap().len();
+    std::fs::write(&plan_file, plan(roots.to_str().unwrap(), "no-such-ref")).unwrap();
+    let out = w.run(&["run", plan_file.to_str().unwrap()]);
+    assert_ne!(out.status.code(), Some(0));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no-such-ref"), "{err}");
+    let inside = w.work.join("wt-inside");
+    std::fs::write(&plan_file, plan(inside.to_str().unwrap(), &first)).unwrap();
+    let out = w.run(&["run", plan_file.to_str().unwrap()]);
+    assert_ne!(out.status.code(), Some(0));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("inside the repository") && err.contains("worktree_root"), "{err}");
+    let after = w.json(&["ps", "--all", "--json"]).1.as_array().unwrap().len();
+    assert_eq!(before, after, "a refused plan started nothing");
+    assert_checkout_untouched(&w, &head);
+}
+
+#[test]
 fn a_dependent_isolated_step_starts_from_the_merged_work_of_its_dependencies() {
     let w = world_or_skip!();
     let head = init_repo(&w);
