@@ -221,6 +221,69 @@ fn an_unanswered_call_is_denied_at_the_timeout() {
 }
 
 #[test]
+fn approve_always_lets_the_same_call_run_again_and_unnamed_reads_are_observed() {
+    let w = world_or_skip!();
+    let (one, two) = (w.work.join("one.txt"), w.work.join("two.txt"));
+    std::fs::write(w.work.join("notes.txt"), "read me").unwrap();
+    let touch = format!("touch {} {}", one.display(), two.display());
+    MockServer::shared().script(
+        "perm_always",
+        Script::new()
+            .tool_use("Bash", bash(&touch))
+            .tool_use("Read", json!({"file_path": w.work.join("notes.txt").display().to_string()}))
+            .tool_use("Bash", bash(&touch))
+            .text("done: {{last_tool_result}}"),
+    );
+    let child = w
+        .herd(&["task", "SCENARIO=perm_always go", "--permission-timeout", "60s", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let request = pending_request(&w);
+    let out = w.run(&["approve", &request, "--always"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = child.wait_with_output().unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(0), "{v}");
+    let rows = audit(&w, v["id"].as_str().unwrap());
+    // One person's answer, then the same call allowed by the rule it added: nobody asked twice.
+    assert_eq!(of_type(&rows, "permission_request").len(), 1, "{rows:#?}");
+    let decisions = of_type(&rows, "permission_decision");
+    assert!(
+        decisions.iter().any(|d| d["decision"] == "allow"
+            && d["decided_by"].as_str().unwrap_or("").contains("always")),
+        "{rows:#?}"
+    );
+    // The Read no rule names ran as claude decided, and is on record.
+    let observed = of_type(&rows, "tool_call_observed");
+    assert!(observed.iter().any(|r| r["tool"] == "Read"), "{rows:#?}");
+}
+
+#[test]
+fn gc_keeps_recent_audit_entries_and_sweeps_old_ones_and_transcripts() {
+    let w = World::new();
+    let out = w.run(&["task", "x", "--cli", "command", "--json", "--", "echo", "hi"]);
+    assert!(out.status.success());
+    let id =
+        serde_json::from_slice::<Value>(&out.stdout).unwrap()["id"].as_str().unwrap().to_owned();
+    let transcript = w.state.join(format!("transcripts/{id}.jsonl"));
+    assert!(transcript.exists());
+    // The default keeps 90 days: nothing goes.
+    let (_, v) = w.json(&["gc", "--json"]);
+    assert_eq!((&v["audit_rows"], &v["transcript_files"]), (&json!(0), &json!(0)), "{v}");
+    std::thread::sleep(Duration::from_millis(20));
+    let (_, v) =
+        w.json(&["gc", "--audit-days", "0", "--transcript-days", "0", "--dry-run", "--json"]);
+    assert!(v["audit_rows"].as_u64().unwrap() >= 2, "{v}");
+    assert!(transcript.exists(), "a dry run deletes nothing");
+    let (_, v) = w.json(&["gc", "--audit-days", "0", "--transcript-days", "0", "--json"]);
+    assert!(v["transcript_files"].as_u64().unwrap() >= 1, "{v}");
+    assert!(!transcript.exists());
+    assert!(audit(&w, &id).is_empty());
+}
+
+#[test]
 fn auto_approve_runs_exactly_the_rate_limit_and_audits_the_rest() {
     let w = world_or_skip!();
     let files: Vec<_> = (1..=4).map(|i| w.work.join(format!("auto{i}.txt"))).collect();
