@@ -160,6 +160,67 @@ steps:
 }
 
 #[test]
+fn a_leftover_without_its_marker_is_known_by_its_process_group() {
+    // `env -i` wipes HERD_SUBAGENT_ID; the leftover still sits in its agent's process group and
+    // must go when that agent ends, while another run is still going.
+    let w = World::new();
+    let plan = r#"
+name: unmarked
+strategy: parallel
+defaults: {cli: command, prompt: go}
+steps:
+  - {id: a, command: [sh, -c, "(env -i /bin/sleep 307.2 & echo $! > unmarked.pid); sleep 0.7; echo left"]}
+  - {id: b, command: [sh, -c, "sleep 2; kill -0 $(cat unmarked.pid) 2>/dev/null && echo alive || echo gone"]}
+"#;
+    std::fs::write(w.work.join("unmarked.yml"), plan).unwrap();
+    let (code, v) = w.json(&["run", "unmarked.yml", "--json"]);
+    assert_eq!(code, 0, "{v}");
+    let b = v["steps"].as_array().unwrap().iter().find(|s| s["id"] == "b").unwrap();
+    let (_, row) = w.json(&["show", b["subagent_id"].as_str().unwrap(), "--json"]);
+    assert_eq!(row["result"], "gone", "{row}");
+    assert!(procs_with_cmdline("sleep 307.2").is_empty());
+}
+
+#[test]
+fn a_guard_told_to_stop_takes_every_agent_down_first() {
+    let w = World::new();
+    let child = w
+        .herd(&[
+            "task",
+            "x",
+            "--cli",
+            "command",
+            "--",
+            "sh",
+            "-c",
+            "setsid sleep 306.4 & sleep 306.4",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let parent = |pid: u32| {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        stat.rsplit(')').next().and_then(|r| r.split_whitespace().nth(1)?.parse::<u32>().ok())
+    };
+    let ours = || {
+        procs_with_cmdline("__guard").into_iter().find(|(pid, _)| parent(*pid) == Some(child.id()))
+    };
+    // The guard, then sh and both sleeps (sh's command line holds the text too).
+    let started = || ours().is_some() && procs_with_cmdline("sleep 306.4").len() >= 3;
+    assert!(common::wait_until(Duration::from_secs(10), started));
+    let guard = ours().unwrap().0;
+    let _ = std::process::Command::new("kill").args(["-TERM", &guard.to_string()]).status();
+    assert!(
+        common::wait_until(Duration::from_secs(5), || procs_with_cmdline("sleep 306.4").is_empty()),
+        "left behind: {:?}",
+        procs_with_cmdline("sleep 306.4")
+    );
+    let out = child.wait_with_output().unwrap();
+    assert_ne!(out.status.code(), Some(0), "{}", stderr(&out));
+}
+
+#[test]
 fn max_output_truncates_the_result_but_not_the_transcript() {
     let w = World::new();
     let (code, v) = w.json(&[

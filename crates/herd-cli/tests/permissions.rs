@@ -123,7 +123,7 @@ fn read_only_calls_and_the_repositorys_own_settings_cannot_get_past_herds_rules(
     std::fs::create_dir_all(w.work.join(".claude")).unwrap();
     std::fs::write(
         w.work.join(".claude/settings.json"),
-        r#"{"permissions":{"allow":["Bash","Read"],"defaultMode":"acceptEdits"}}"#,
+        r#"{"permissions":{"allow":["Bash","Read","Write"],"defaultMode":"acceptEdits"}}"#,
     )
     .unwrap();
     let secret = w.work.join("secret.txt").display().to_string();
@@ -133,6 +133,7 @@ fn read_only_calls_and_the_repositorys_own_settings_cannot_get_past_herds_rules(
             .tool_use("Bash", bash(&format!("cat {secret}")))
             .tool_use("Read", json!({"file_path": secret}))
             .tool_use("Bash", bash("echo counted"))
+            .tool_use("Write", json!({"file_path": w.work.join("planted.txt").display().to_string(), "content": "x"}))
             .text("done: {{last_tool_result}}"),
     );
     let (code, v) = w.json(&[
@@ -158,8 +159,13 @@ fn read_only_calls_and_the_repositorys_own_settings_cannot_get_past_herds_rules(
         .iter()
         .map(|d| (d["decision"].as_str().unwrap(), d["tool"].as_str().unwrap()))
         .collect();
-    assert_eq!(by, [("deny", "Bash"), ("deny", "Read"), ("allow", "Bash")], "{rows:#?}");
+    // The repository allows Write; herd has no rule for it: a person is asked (nobody answers
+    // within the timeout, so it is denied).
+    let expected = [("deny", "Bash"), ("deny", "Read"), ("allow", "Bash"), ("deny", "Write")];
+    assert_eq!(by, expected, "{rows:#?}");
     assert!(of_type(&rows, "tool_call_observed").is_empty(), "{rows:#?}");
+    assert!(!w.work.join("planted.txt").exists(), "a write the repository allowed ran unasked");
+    assert_eq!(of_type(&rows, "permission_request").len(), 1, "{rows:#?}");
 }
 
 #[test]

@@ -428,15 +428,12 @@ impl Engine {
                         // Persisting the run is the task's first act, so the loop goes on to the
                         // next step at once; the step is shown started once it is stored.
                         running.spawn(async move {
-                            let report = match engine
-                                .persist_run(&id, &req, Some(change), true)
-                                .await
-                            {
-                                Ok(locked) => {
+                            let report = match engine.persist_run(&id, &req, Some(change)).await {
+                                Ok(()) => {
                                     if let Some((tx, u)) = started {
                                         let _ = tx.send(u);
                                     }
-                                    engine.launch(id, req, stop, None, locked, Some(&slots)).await
+                                    engine.launch(id, req, stop, None, Some(&slots)).await
                                 }
                                 Err(e) => Err(e),
                             };

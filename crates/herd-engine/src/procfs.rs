@@ -9,6 +9,8 @@ use nix::unistd::Pid;
 struct Stat {
     live: bool,
     ppid: u32,
+    pgrp: u32,
+    session: u32,
     start: u64,
 }
 
@@ -18,12 +20,19 @@ fn stat(pid: u32) -> Option<Stat> {
     // The command name may contain spaces and parentheses: fields start after the last ')'.
     let rest = &text[text.rfind(')')? + 1..];
     let f: Vec<&str> = rest.split_ascii_whitespace().collect();
-    // f[0] is field 3 (state): ppid = 4, starttime = 22.
+    // f[0] is field 3 (state): ppid = 4, pgrp = 5, session = 6, starttime = 22.
     Some(Stat {
         live: !matches!(*f.first()?, "Z" | "X" | "x"),
         ppid: f.get(1)?.parse().ok()?,
+        pgrp: f.get(2)?.parse().ok()?,
+        session: f.get(3)?.parse().ok()?,
         start: f.get(19)?.parse().ok()?,
     })
+}
+
+/// The process group and session of `pid`.
+pub fn group_and_session(pid: u32) -> Option<(u32, u32)> {
+    stat(pid).map(|s| (s.pgrp, s.session))
 }
 
 /// The start time of `pid` in clock ticks since boot, or `None` if it does not exist.

@@ -18,7 +18,7 @@ use crate::gate::calls::Calls;
 use crate::gate::{Gate, HookEnv, HookEvent, POLICY_LAYERS_VAR, Permissions, granted_env};
 use crate::lines::{LineSplitter, Piece};
 use crate::supervisor::{Child, child_env};
-use crate::workspace::{IsolatedSpec, WorkspaceReq, lock_key};
+use crate::workspace::{IsolatedSpec, WorkspaceReq};
 use crate::{Engine, EngineError, guard::GuardMsg, procfs};
 
 /// A task to run as one subagent.
@@ -126,18 +126,17 @@ impl Engine {
 
     /// Persist subagent `id` (status `pending`) with its contract, before any process exists.
     pub async fn create_run(&self, id: &SubagentId, req: &TaskRequest) -> Result<(), EngineError> {
-        self.persist_run(id, req, None, false).await.map(drop)
+        self.persist_run(id, req, None).await
     }
 
-    /// [`create_run`](Self::create_run), with a plan step's change to `running` and (`lock`) an
-    /// attempt at the run's directory lock in the same write. True if the lock was taken.
+    /// [`create_run`](Self::create_run), with a plan step's change to `running` in the same
+    /// write.
     pub(crate) async fn persist_run(
         &self,
         id: &SubagentId,
         req: &TaskRequest,
         step: Option<herd_store::StepChange>,
-        lock: bool,
-    ) -> Result<bool, EngineError> {
+    ) -> Result<(), EngineError> {
         self.check_depth()?;
         req.permissions.validate(&req.spec).map_err(EngineError::InvalidPermissionConfig)?;
         if req.permissions.auto_approve.is_some()
@@ -179,16 +178,8 @@ impl Engine {
             details: Some(req.permissions.summary(&req.spec)),
             ..Default::default()
         };
-        let lock = match &req.workspace {
-            WorkspaceReq::Shared { lock: mode, .. } if lock => Some(herd_store::LockAttempt {
-                path: lock_key(&req.cwd),
-                hold: (*mode).into(),
-                alive: procfs::is_same_process,
-            }),
-            _ => None,
-        };
-        let got = self.writer().create_run(subagent, auto, audit, step, lock).await?;
-        Ok(matches!(got, Some(Ok(()))))
+        self.writer().create_run(subagent, auto, audit, step).await?;
+        Ok(())
     }
 
     /// Run a subagent persisted by [`create_run`](Self::create_run); returns once its end is
@@ -200,21 +191,22 @@ impl Engine {
         stop: watch::Receiver<StopLevel>,
         progress: Option<watch::Sender<Progress>>,
     ) -> Result<TaskReport, EngineError> {
-        let (report, stored) = self.launch(id, req, stop, progress, false, None).await?;
+        let (report, stored) = self.launch(id, req, stop, progress, None).await?;
         stored.committed().await?;
         Ok(report)
     }
 
     /// [`start_run`](Self::start_run) without waiting for the last write to commit: the caller
-    /// gets the report at once and shows it only once `Ended` has committed. `lock_taken`: the
-    /// directory lock came with the run's creation ([`persist_run`](Self::persist_run)).
+    /// gets the report at once and shows it only once `Ended` has committed. With `slots` (a
+    /// plan's pool), the run holds a place from before its workspace is prepared (a lock it
+    /// waits for, a worktree and its setup command) until its end is queued for the store, so
+    /// the next run to get the place finds any lock this one held released.
     pub(crate) async fn launch(
         &self,
         id: SubagentId,
         req: TaskRequest,
         stop: watch::Receiver<StopLevel>,
         progress: Option<watch::Sender<Progress>>,
-        lock_taken: bool,
         slots: Option<&crate::slots::Slots>,
     ) -> Result<(TaskReport, Ended), EngineError> {
         let backend = req.backend.backend();
@@ -241,9 +233,10 @@ impl Engine {
         explicit.extend(req.env.iter().cloned());
         // Granted secrets reach the child only at spawn and only while their grant is valid.
         explicit.extend(granted_env(&req.permissions));
-        let mut env = child_env(std::env::vars(), backend.env_prefixes(), &explicit);
-        // Explicit values may be secrets (grants, --env): wiped, not just dropped.
-        wipe_env(&mut explicit);
+        // Values may be secrets (grants, --env): both copies are wiped when dropped, on every path.
+        let explicit = Wiped(explicit);
+        let env = Wiped(child_env(std::env::vars(), backend.env_prefixes(), &explicit.0));
+        drop(explicit);
         // Auto-approve's time box bounds the whole run.
         let timeout = match &req.permissions.auto_approve {
             Some(a) => req.timeout.min(a.max_duration),
@@ -251,17 +244,14 @@ impl Engine {
         };
         let mut run = RunState::new(self, &id, backend, &req, progress, Calls::new(gate))?;
         let started = Instant::now();
-        let isolated = matches!(req.workspace, WorkspaceReq::Isolated(_));
-        // A process slot (a plan's pool): held while the agent lives, and while an isolated
-        // step's worktree and setup command are made, as those run processes too.
-        let mut slot = None;
-        if isolated && let Some(pool) = slots {
-            match pool.acquire(&stop).await {
-                Some(p) => slot = Some(p),
+        let _slot = match slots {
+            Some(pool) => match pool.acquire(&stop).await {
+                Some(p) => Some(p),
                 None => return run.finish(Status::Cancelled, None, started, &[]).await,
-            }
-        }
-        match self.prepare_workspace(&id, &req, &stop, lock_taken).await {
+            },
+            None => None,
+        };
+        match self.prepare_workspace(&id, &req, &stop).await {
             Ok(None) => {}
             Ok(Some((status, failure))) => return run.finish(status, failure, started, &[]).await,
             Err(e) => {
@@ -272,15 +262,7 @@ impl Engine {
             }
         }
 
-        if slot.is_none()
-            && let Some(pool) = slots
-        {
-            match pool.acquire(&stop).await {
-                Some(p) => slot = Some(p),
-                None => return run.finish(Status::Cancelled, None, started, &[]).await,
-            }
-        }
-        let path_var = env.iter().find(|(k, _)| k == "PATH").map(|(_, v)| v.as_str());
+        let path_var = env.0.iter().find(|(k, _)| k == "PATH").map(|(_, v)| v.as_str());
         let override_bin = backend.program_override_var().and_then(|v| std::env::var(v).ok());
         // Tools granted for now are offered beside the run's own (the gate checks the grant at
         // each call); then what the CLI must always ask about, of the tools the run has.
@@ -299,7 +281,7 @@ impl Engine {
         spec.ask_first = run.calls.gate.ask_first(&tools);
         let spawned = match backend.invocation(&spec, path_var, override_bin.as_deref()) {
             Ok(inv) => match self.keeper() {
-                Ok(keeper) => Child::spawn(&keeper, id.as_str(), &inv, &req.cwd, &env)
+                Ok(keeper) => Child::spawn(&keeper, id.as_str(), &inv, &req.cwd, &env.0)
                     .await
                     .map(|c| (c, inv))
                     .map_err(|e| e.to_string()),
@@ -308,7 +290,7 @@ impl Engine {
             Err(e) => Err(e.to_string()),
         };
         // The child has its environment: herd's copy (grants included) is wiped.
-        wipe_env(&mut env);
+        drop(env);
         let (mut child, inv) = match spawned {
             Ok(c) => c,
             Err(message) => {
@@ -349,10 +331,7 @@ impl Engine {
         if !backend.holds_stdin() {
             child.close_stdin();
         }
-        let pumped = run.pump(&mut child, stop, timeout, req.spec.max_turns).await;
-        // The agent is gone: its slot is free while its end is written.
-        drop(slot);
-        match pumped {
+        match run.pump(&mut child, stop, timeout, req.spec.max_turns).await {
             Ok((status, failure)) => run.finish(status, failure, started, &argv).await,
             Err(e) => {
                 // herd itself failed (store, transcript): stop the agent and, if the store still
@@ -367,14 +346,17 @@ impl Engine {
     }
 }
 
-/// Overwrite every key and value (they may hold granted secrets) before the memory is freed.
-fn wipe_env(env: &mut Vec<(String, String)>) {
-    use zeroize::Zeroize;
-    for (k, v) in env.iter_mut() {
-        k.zeroize();
-        v.zeroize();
+/// Environment pairs (they may hold granted secrets) overwritten before their memory is freed.
+struct Wiped(Vec<(String, String)>);
+
+impl Drop for Wiped {
+    fn drop(&mut self) {
+        use zeroize::Zeroize;
+        for (k, v) in self.0.iter_mut() {
+            k.zeroize();
+            v.zeroize();
+        }
     }
-    env.clear();
 }
 
 struct RunState<'e> {
@@ -779,9 +761,12 @@ impl<'e> RunState<'e> {
     ) -> Result<(TaskReport, Ended), EngineError> {
         let obs = std::mem::take(&mut self.obs);
         self.calls.close().await;
-        if let Some(running) = self.running.take() {
-            running.committed().await?;
-        }
+        // A failed write of the change to running is reported, but after the end is recorded:
+        // the run's row, audit entry and lock release must not be skipped for it.
+        let running_failed = match self.running.take() {
+            Some(running) => running.committed().await.err(),
+            None => None,
+        };
         let mut events = Vec::new();
         let (status, failure, waiting) = match &self.merge_gate {
             Some(spec) => self.engine.merge_gate(spec, status, failure).await?,
@@ -858,6 +843,9 @@ impl<'e> RunState<'e> {
         // One write: the row, its requests closed, the audit entry, its locks released (the
         // process is gone: whatever lock it held is free).
         let ended = self.engine.writer().finish_run(&self.id, update, audit).await?;
+        if let Some(e) = running_failed {
+            return Err(e.into());
+        }
         self.transcript.flush()?;
         // The summary beside the transcript; a run that printed nothing has neither (its row
         // holds the same), so short command steps cost no files.

@@ -23,7 +23,7 @@ use tokio::net::unix::pipe;
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::mpsc;
 
-use crate::guard::{GuardMsg, Report, SpawnRequest, frame, tag};
+use crate::guard::{GuardMsg, MAX_PAYLOAD, Report, SpawnRequest, frame, tag};
 
 /// How to start a guard: the herd binary and the arguments that select guard mode.
 #[derive(Debug, Clone)]
@@ -252,12 +252,23 @@ impl Child {
             env: env.iter().map(|(k, v)| (k.as_bytes().to_vec(), v.as_bytes().to_vec())).collect(),
         };
         let mut payload = req.encode();
+        if payload.len() > MAX_PAYLOAD {
+            lock(&keeper.routes).runs.remove(&run);
+            return Err(SpawnError::Agent(format!(
+                "the command line and environment take {} bytes; at most {MAX_PAYLOAD} can be passed",
+                payload.len()
+            )));
+        }
         let cmd = Cmd { frame: frame(tag::SPAWN, run, &payload), fds: vec![in_r, out_w, err_w] };
         // The request carries the environment (granted secrets too): wiped once framed.
         zeroize::Zeroize::zeroize(&mut payload);
         req.wipe();
         let sent = keeper.tx.send(cmd).is_ok();
+        // Until the agent is ours (a Child), a cancelled spawn must not leave it running: the
+        // kill is queued after the spawn request, so the guard sees them in that order.
+        let mut unclaimed = Unclaimed { keeper: keeper.as_ref(), run, armed: sent };
         let first = if sent { msgs.recv().await } else { None };
+        unclaimed.armed = false;
         let forget = || lock(&keeper.routes).runs.remove(&run);
         match first {
             Some(GuardMsg::Started { pid, start_time }) => Ok(Child {
@@ -359,6 +370,23 @@ impl Drop for Child {
             self.kill();
         }
         lock(&self.keeper.routes).runs.remove(&self.run);
+    }
+}
+
+/// A spawn requested but not yet answered: dropped armed (its task was cancelled), it kills
+/// whatever the guard starts for the run.
+struct Unclaimed<'k> {
+    keeper: &'k Keeper,
+    run: u64,
+    armed: bool,
+}
+
+impl Drop for Unclaimed<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.keeper.send(tag::KILL, self.run, &[]);
+            lock(&self.keeper.routes).runs.remove(&self.run);
+        }
     }
 }
 

@@ -63,14 +63,6 @@ impl<T> Pending<T> {
     }
 }
 
-/// A directory lock to try for a run as it is created.
-#[derive(Debug, Clone)]
-pub struct LockAttempt {
-    pub path: String,
-    pub hold: herd_core::workspace::Hold,
-    pub alive: fn(u32, Option<u64>) -> bool,
-}
-
 /// A cheap, cloneable way to send work to the writer.
 #[derive(Debug, Clone)]
 pub struct WriterHandle {
@@ -213,19 +205,14 @@ impl WriterHandle {
     }
 
     /// Persist a new run in one go: the subagent (`pending`), whether it auto-approves, its
-    /// `subagent_spawn` audit entry, for a plan step the step's change to `running`, and, when
-    /// asked, an attempt at its directory lock (`Some(Ok)` taken, `Some(Err)` the blocking
-    /// holders: the run is created either way, and waits or fails for its lock afterwards).
+    /// `subagent_spawn` audit entry and, for a plan step, the step's change to `running`.
     pub async fn create_run(
         &self,
         n: NewSubagent,
         auto_approve: bool,
         audit: crate::NewAudit,
         step: Option<StepChange>,
-        lock: Option<LockAttempt>,
-    ) -> Result<Option<std::result::Result<(), Vec<crate::LockHolder>>>> {
-        let slot = Arc::new(std::sync::Mutex::new(None));
-        let out = Arc::clone(&slot);
+    ) -> Result<()> {
         self.exec(move |c| {
             crate::store::create_subagent(c, &n)?;
             // The column defaults to off.
@@ -233,25 +220,9 @@ impl WriterHandle {
                 crate::audit::set_auto_approve(c, n.id.as_str(), true)?;
             }
             crate::audit::insert_audit(c, &audit)?;
-            if let Some(s) = step {
-                crate::plans::set_step(c, &s)?;
-            }
-            if let Some(l) = lock {
-                let owner = (n.owner_pid, n.owner_start_time);
-                let got = crate::worktrees::acquire_lock(
-                    c,
-                    &l.path,
-                    n.id.as_str(),
-                    l.hold,
-                    owner,
-                    &l.alive,
-                )?;
-                *out.lock().unwrap_or_else(|p| p.into_inner()) = Some(got);
-            }
-            Ok(())
+            step.map_or(Ok(()), |s| crate::plans::set_step(c, &s))
         })
-        .await?;
-        Ok(slot.lock().unwrap_or_else(|p| p.into_inner()).take())
+        .await
     }
 
     /// The end of a run in one savepoint: its final update, its requests still waiting for a

@@ -225,21 +225,28 @@ impl Gate {
     }
 
     /// The tools (normalised) the CLI must ask about on every call, of `tools` (what the run
-    /// has): Bash (herd counts and limits it, and the CLI's idea of a read-only command must not
-    /// outrank herd's rules), every tool a deny or ask rule of any layer names, every tool a
-    /// PreToolUse hook watches, and, with auto-approve (which counts every call), all of them.
+    /// has), whatever allow rules the user's or the repository's own settings hold: every tool
+    /// that can change something or reach out (Bash, writes, the web, anything unknown), and a
+    /// read-only one too when herd has something to say about it (a deny or ask rule of any
+    /// layer names it, a PreToolUse hook watches it, a layer's `tools` leave it out, or
+    /// auto-approve, which counts every call, is on). Tool grants always (checked at each use).
     pub fn ask_first(&self, tools: &[String]) -> Vec<String> {
+        /// Tools that only look: the CLI may run these on its own when herd has no say.
+        const LOOK_ONLY: &[&str] = &["read", "grep", "glob", "ls", "todowrite", "task", "agent"];
         let mut out: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
         out.insert("bash".into());
         for layer in &self.layers {
             out.extend(layer.deny.iter().chain(&layer.ask).map(|r| r.tool.clone()));
         }
-        // A granted tool's grant is checked at each use, so the CLI must ask about it.
         out.extend(lock(&self.perms.grants).tool_names());
         let counted = self.perms.auto_approve.is_some();
         for t in tools {
             let t = normalize_tool(t);
-            if counted || self.perms.hooks.iter().any(|h| h.applies(HookEvent::PreToolUse, &t)) {
+            let herd_has_a_say = !LOOK_ONLY.contains(&t.as_str())
+                || counted
+                || self.layers.iter().any(|l| !l.tools.is_empty() && !l.tools.contains(&t))
+                || self.perms.hooks.iter().any(|h| h.applies(HookEvent::PreToolUse, &t));
+            if herd_has_a_say {
                 out.insert(t);
             }
         }

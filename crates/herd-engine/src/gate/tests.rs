@@ -193,16 +193,13 @@ async fn grants_expire_with_the_clock_and_secrets_are_never_summarised() {
 #[test]
 fn what_the_cli_must_always_ask_about() {
     let f = fixture();
-    let tools: Vec<String> = ["Bash", "Read", "Grep", "Write"].map(String::from).into();
-    // Bash always; tools named by deny or ask rules of any layer (inherited ones too).
+    let tools: Vec<String> = ["Bash", "Read", "Grep", "Write", "WebFetch"].map(String::from).into();
+    // Everything that can change something or reach out, whatever; a read-only tool only when
+    // a rule of any layer (inherited ones too) names it.
     let parent = Policy { deny: vec![Rule::parse("Grep(*.env)").unwrap()], ..Policy::default() };
-    let mut perms = Permissions::default();
-    perms.policy.ask = vec![Rule::parse("Write").unwrap()];
     let spec = RunSpec::default();
-    assert_eq!(
-        gate(&f, perms.clone(), &[parent], &spec).ask_first(&tools),
-        ["bash", "grep", "write"]
-    );
+    let plain = gate(&f, Permissions::default(), &[parent], &spec).ask_first(&tools);
+    assert_eq!(plain, ["bash", "grep", "webfetch", "write"]);
     // A PreToolUse hook watching Read makes Read ask too.
     let hooked = Permissions {
         hooks: vec![HookDef {
@@ -213,9 +210,19 @@ fn what_the_cli_must_always_ask_about() {
         }],
         ..Permissions::default()
     };
-    assert_eq!(gate(&f, hooked, &[], &spec).ask_first(&tools), ["bash", "read"]);
+    assert_eq!(
+        gate(&f, hooked, &[], &spec).ask_first(&tools),
+        ["bash", "read", "webfetch", "write"]
+    );
+    // A parent's `tools` without Read: Read must come to the gate, which refuses it.
+    let narrow = Policy { tools: vec!["bash".into(), "grep".into()], ..Policy::default() };
+    let asked = gate(&f, Permissions::default(), &[narrow], &spec).ask_first(&tools);
+    assert!(asked.contains(&"read".to_owned()) && !asked.contains(&"grep".to_owned()), "{asked:?}");
     // Auto-approve counts every call: every tool the run has asks.
     let auto =
         Permissions { auto_approve: Some(AutoApproveConfig::default()), ..Permissions::default() };
-    assert_eq!(gate(&f, auto, &[], &spec).ask_first(&tools), ["bash", "grep", "read", "write"]);
+    assert_eq!(
+        gate(&f, auto, &[], &spec).ask_first(&tools),
+        ["bash", "grep", "read", "webfetch", "write"]
+    );
 }

@@ -31,6 +31,8 @@ use crate::procfs;
 
 /// File descriptors accepted per read of the control socket (herd sends three per spawn).
 const MAX_FDS: usize = 48;
+/// How many ended agents' pids are remembered for telling whose a leftover is.
+const ENDED_KEPT: usize = 1024;
 /// After a sweep killed something, sweep again this often (children forked meanwhile are
 /// re-parented to us once their parent dies) …
 const RESWEEP_EVERY: Duration = Duration::from_millis(10);
@@ -48,6 +50,8 @@ struct Guard {
     runs: HashMap<u64, Agent>,
     /// Run by live agent pid.
     by_pid: HashMap<u32, u64>,
+    /// Agents that ended lately (their pid is the group and maybe session of what they left).
+    ended: VecDeque<u32>,
     /// Descriptors received and not yet given to an agent, in arrival order.
     fds: VecDeque<OwnedFd>,
     buf: Vec<u8>,
@@ -68,8 +72,11 @@ pub fn guard_main(_args: &[OsString]) -> ExitCode {
         eprintln!("herd __guard: cannot become a child subreaper: {e}");
     }
     // SIGCHLD arrives through a signalfd; agents start with an empty signal mask (std resets it).
+    // So do the signals that would end the guard: it kills every agent first.
     let mut mask = SigSet::empty();
-    mask.add(Signal::SIGCHLD);
+    for sig in [Signal::SIGCHLD, Signal::SIGTERM, Signal::SIGHUP, Signal::SIGINT] {
+        mask.add(sig);
+    }
     let sfd = mask
         .thread_block()
         .and_then(|()| SignalFd::with_flags(&mask, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC));
@@ -84,6 +91,7 @@ pub fn guard_main(_args: &[OsString]) -> ExitCode {
         ctl,
         runs: HashMap::new(),
         by_pid: HashMap::new(),
+        ended: VecDeque::new(),
         fds: VecDeque::new(),
         buf: Vec::new(),
         resweep: None,
@@ -117,7 +125,13 @@ impl Guard {
             let ctl_ready = pfds[0].any().unwrap_or(false);
             let child_ready = pfds[1].any().unwrap_or(false);
             if child_ready {
-                while let Ok(Some(_)) = sfd.read_signal() {}
+                let mut told_to_end = false;
+                while let Ok(Some(info)) = sfd.read_signal() {
+                    told_to_end |= info.ssi_signo != Signal::SIGCHLD as u32;
+                }
+                if told_to_end {
+                    return Err("told to stop by a signal".into());
+                }
             }
             // Reap on every wake-up: SIGCHLDs coalesce, and reaping is cheap.
             self.reap();
@@ -252,9 +266,14 @@ impl Guard {
                 Ok(_) | Err(Errno::EINTR) => continue,
                 Err(_) => break,
             };
-            if let Some(run) = self.by_pid.remove(&(pid.as_raw() as u32)) {
+            let pid = pid.as_raw() as u32;
+            if let Some(run) = self.by_pid.remove(&pid) {
                 self.runs.remove(&run);
                 ended.push((run, code, signal));
+                if self.ended.len() >= ENDED_KEPT {
+                    self.ended.pop_front();
+                }
+                self.ended.push_back(pid);
             }
         }
         for (run, code, signal) in ended {
@@ -279,10 +298,23 @@ impl Guard {
             .into_iter()
             .filter(|&p| match procfs::env_var(p, RUN_MARKER_VAR) {
                 Some(m) => !live.contains(m.as_slice()),
-                None => self.runs.is_empty(),
+                // No marker (a cleared or rewritten environment): the process group or session
+                // still names the agent that started it, if it was not set up anew.
+                None => match self.leader_of(p) {
+                    Some(leader) => !self.by_pid.contains_key(&leader),
+                    None => self.runs.is_empty(),
+                },
             })
             .collect();
         kill_trees(&roots)
+    }
+
+    /// The agent (live or lately ended) whose pid is `p`'s process group or session.
+    fn leader_of(&self, p: u32) -> Option<u32> {
+        let (pgrp, session) = procfs::group_and_session(p)?;
+        [pgrp, session]
+            .into_iter()
+            .find(|id| self.by_pid.contains_key(id) || self.ended.contains(id))
     }
 
     /// SIGKILL one run: its agent's group and tree, and the processes re-parented from it.
@@ -290,9 +322,13 @@ impl Guard {
         let Some(agent) = self.runs.get(&run) else { return };
         procfs::signal_group(agent.pid, Signal::SIGKILL);
         let mut roots = vec![agent.pid];
+        let pid = agent.pid;
         roots.extend(own_children().into_iter().filter(|p| {
             !self.by_pid.contains_key(p)
-                && procfs::env_var(*p, RUN_MARKER_VAR).is_some_and(|m| m == agent.marker)
+                && match procfs::env_var(*p, RUN_MARKER_VAR) {
+                    Some(m) => m == agent.marker,
+                    None => self.leader_of(*p) == Some(pid),
+                }
         }));
         kill_trees(&roots);
         self.resweep = Some((Instant::now() + RESWEEP_EVERY, RESWEEPS));

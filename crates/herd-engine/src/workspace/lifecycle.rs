@@ -193,18 +193,8 @@ impl Engine {
         id: &SubagentId,
         req: &TaskRequest,
         stop: &watch::Receiver<StopLevel>,
-        lock_taken: bool,
     ) -> Result<Option<(Status, Option<FailureReason>)>, EngineError> {
         match &req.workspace {
-            WorkspaceReq::Shared { lock, .. } if lock_taken => {
-                let hold = Hold::from(*lock);
-                if hold != Hold::None {
-                    let path = lock_key(&req.cwd);
-                    let ev = AgentEvent::LockAcquired { path, mode: hold.to_string() };
-                    self.writer().append(id, vec![Decoded::top(ev)]).await?;
-                }
-                Ok(None)
-            }
             WorkspaceReq::Shared { lock, wait } => {
                 self.take_lock(id, req, Hold::from(*lock), *wait, stop).await
             }
@@ -427,7 +417,7 @@ impl Engine {
 
 /// What a lock is taken on: the working tree that holds `dir` (a lock on a worktree covers
 /// all of it), else `dir` itself; canonical either way.
-pub(crate) fn lock_key(dir: &Path) -> String {
+fn lock_key(dir: &Path) -> String {
     let d = absolute(dir);
     // A few `stat`s up the tree: cheaper than a hop to a blocking thread.
     super::git::worktree_top(&d).unwrap_or(d).display().to_string()
