@@ -118,6 +118,21 @@ fn at_most_max_concurrent_agents_run_at_once() {
 }
 
 #[test]
+fn locked_steps_of_a_one_slot_plan_take_turns_without_waiting_for_the_lock() {
+    // Exclusive locks with wait: false: the second step must start only once the first has
+    // released the directory, not fail because it was created while the first ran.
+    let w = World::new();
+    std::fs::write(
+        w.work.join("locked.yml"),
+        "limits: {max_concurrent: 1}\ndefaults: {cli: command, prompt: go, command: [sleep, \"0.3\"], workspace: locked}\nsteps: [{id: a}, {id: b}, {id: c}]\n",
+    )
+    .unwrap();
+    let (code, v) = w.json(&["run", "locked.yml", "--json"]);
+    assert_eq!(code, 0, "{v}");
+    assert!(v["steps"].as_array().unwrap().iter().all(|s| s["status"] == "completed"), "{v}");
+}
+
+#[test]
 fn the_example_plan_runs_offline() {
     // The README's main command, on a scratch git repository.
     let w = World::new();

@@ -363,6 +363,11 @@ impl Engine {
         // while a slot stands empty. Not with a budget: a step starts only once the cost of
         // those before it is known.
         let slots = Arc::new(Slots::new(bound, opts.pool.clone()));
+        // Unlocked steps register in their directory as they are created (one write, ahead of
+        // their place) only where no one can wait for a lock while holding a place this plan
+        // needs: no step here takes a lock, and the pool is the plan's own.
+        let register_ahead = opts.pool.is_none()
+            && plan.steps.iter().all(|s| s.workspace() != WorkspaceMode::Locked);
         let ahead = if plan.limits.budget_usd.is_some() { 0 } else { bound };
         let mut sched = Scheduler::new(&deps, &retries, bound + ahead);
         let mut outcomes: Vec<StepOutcome> = plan
@@ -428,12 +433,16 @@ impl Engine {
                         // Persisting the run is the task's first act, so the loop goes on to the
                         // next step at once; the step is shown started once it is stored.
                         running.spawn(async move {
-                            let report = match engine.persist_run(&id, &req, Some(change)).await {
-                                Ok(()) => {
+                            let created =
+                                engine.persist_run(&id, &req, Some(change), register_ahead).await;
+                            let report = match created {
+                                Ok(registered) => {
                                     if let Some((tx, u)) = started {
                                         let _ = tx.send(u);
                                     }
-                                    engine.launch(id, req, stop, None, Some(&slots)).await
+                                    engine
+                                        .launch(id, req, stop, None, Some(&slots), registered)
+                                        .await
                                 }
                                 Err(e) => Err(e),
                             };

@@ -126,17 +126,19 @@ impl Engine {
 
     /// Persist subagent `id` (status `pending`) with its contract, before any process exists.
     pub async fn create_run(&self, id: &SubagentId, req: &TaskRequest) -> Result<(), EngineError> {
-        self.persist_run(id, req, None).await
+        self.persist_run(id, req, None, false).await.map(drop)
     }
 
     /// [`create_run`](Self::create_run), with a plan step's change to `running` in the same
-    /// write.
+    /// write and, with `register_ahead` for an unlocked run, its registration as a user of its
+    /// directory (which only an exclusive lock cares about). True if it was registered.
     pub(crate) async fn persist_run(
         &self,
         id: &SubagentId,
         req: &TaskRequest,
         step: Option<herd_store::StepChange>,
-    ) -> Result<(), EngineError> {
+        register_ahead: bool,
+    ) -> Result<bool, EngineError> {
         self.check_depth()?;
         req.permissions.validate(&req.spec).map_err(EngineError::InvalidPermissionConfig)?;
         if req.permissions.auto_approve.is_some()
@@ -178,8 +180,13 @@ impl Engine {
             details: Some(req.permissions.summary(&req.spec)),
             ..Default::default()
         };
-        self.writer().create_run(subagent, auto, audit, step).await?;
-        Ok(())
+        let unlocked_in = match &req.workspace {
+            WorkspaceReq::Shared { lock: None, .. } if register_ahead => {
+                Some((crate::workspace::lock_key(&req.cwd), procfs::is_same_process as _))
+            }
+            _ => None,
+        };
+        Ok(self.writer().create_run(subagent, auto, audit, step, unlocked_in).await?)
     }
 
     /// Run a subagent persisted by [`create_run`](Self::create_run); returns once its end is
@@ -191,7 +198,7 @@ impl Engine {
         stop: watch::Receiver<StopLevel>,
         progress: Option<watch::Sender<Progress>>,
     ) -> Result<TaskReport, EngineError> {
-        let (report, stored) = self.launch(id, req, stop, progress, None).await?;
+        let (report, stored) = self.launch(id, req, stop, progress, None, false).await?;
         stored.committed().await?;
         Ok(report)
     }
@@ -200,7 +207,8 @@ impl Engine {
     /// gets the report at once and shows it only once `Ended` has committed. With `slots` (a
     /// plan's pool), the run holds a place from before its workspace is prepared (a lock it
     /// waits for, a worktree and its setup command) until its end is queued for the store, so
-    /// the next run to get the place finds any lock this one held released.
+    /// the next run to get the place finds any lock this one held released. `registered`: an
+    /// unlocked run already registered in its directory at [`persist_run`](Self::persist_run).
     pub(crate) async fn launch(
         &self,
         id: SubagentId,
@@ -208,6 +216,7 @@ impl Engine {
         stop: watch::Receiver<StopLevel>,
         progress: Option<watch::Sender<Progress>>,
         slots: Option<&crate::slots::Slots>,
+        registered: bool,
     ) -> Result<(TaskReport, Ended), EngineError> {
         let backend = req.backend.backend();
         // Children carry their depth, so a herd they start knows where it stands.
@@ -251,7 +260,7 @@ impl Engine {
             },
             None => None,
         };
-        match self.prepare_workspace(&id, &req, &stop).await {
+        match self.prepare_workspace(&id, &req, &stop, registered).await {
             Ok(None) => {}
             Ok(Some((status, failure))) => return run.finish(status, failure, started, &[]).await,
             Err(e) => {

@@ -64,6 +64,8 @@ pub struct LockHolder {
 
 /// Whether a lock holder's owning process still runs: `(pid, start time)`.
 pub type IsAlive<'a> = &'a dyn Fn(u32, Option<u64>) -> bool;
+/// [`IsAlive`] as a plain function, to send to the writer.
+pub type IsAliveFn = fn(u32, Option<u64>) -> bool;
 
 const SELECT_WT: &str = "SELECT id, kind, run_id, step_key, subagent_id, repo, root, path, branch,
     base, integration_branch, status, head, merge_commit, owner_pid, owner_start_time, created_at,

@@ -205,14 +205,19 @@ impl WriterHandle {
     }
 
     /// Persist a new run in one go: the subagent (`pending`), whether it auto-approves, its
-    /// `subagent_spawn` audit entry and, for a plan step, the step's change to `running`.
+    /// `subagent_spawn` audit entry, for a plan step the step's change to `running`, and, when
+    /// asked, its registration as an unlocked user of directory `unlocked_in` (true if made;
+    /// refused only by a live exclusive holder, and then the run registers later as usual).
     pub async fn create_run(
         &self,
         n: NewSubagent,
         auto_approve: bool,
         audit: crate::NewAudit,
         step: Option<StepChange>,
-    ) -> Result<()> {
+        unlocked_in: Option<(String, crate::IsAliveFn)>,
+    ) -> Result<bool> {
+        let slot = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let out = Arc::clone(&slot);
         self.exec(move |c| {
             crate::store::create_subagent(c, &n)?;
             // The column defaults to off.
@@ -220,9 +225,20 @@ impl WriterHandle {
                 crate::audit::set_auto_approve(c, n.id.as_str(), true)?;
             }
             crate::audit::insert_audit(c, &audit)?;
-            step.map_or(Ok(()), |s| crate::plans::set_step(c, &s))
+            if let Some(s) = step {
+                crate::plans::set_step(c, &s)?;
+            }
+            if let Some((path, alive)) = unlocked_in {
+                let owner = (n.owner_pid, n.owner_start_time);
+                let hold = herd_core::workspace::Hold::None;
+                let got =
+                    crate::worktrees::acquire_lock(c, &path, n.id.as_str(), hold, owner, &alive)?;
+                out.store(got.is_ok(), std::sync::atomic::Ordering::Relaxed);
+            }
+            Ok(())
         })
-        .await
+        .await?;
+        Ok(slot.load(std::sync::atomic::Ordering::Relaxed))
     }
 
     /// The end of a run in one savepoint: its final update, its requests still waiting for a

@@ -193,8 +193,10 @@ impl Engine {
         id: &SubagentId,
         req: &TaskRequest,
         stop: &watch::Receiver<StopLevel>,
+        registered: bool,
     ) -> Result<Option<(Status, Option<FailureReason>)>, EngineError> {
         match &req.workspace {
+            WorkspaceReq::Shared { lock: None, .. } if registered => Ok(None),
             WorkspaceReq::Shared { lock, wait } => {
                 self.take_lock(id, req, Hold::from(*lock), *wait, stop).await
             }
@@ -417,7 +419,7 @@ impl Engine {
 
 /// What a lock is taken on: the working tree that holds `dir` (a lock on a worktree covers
 /// all of it), else `dir` itself; canonical either way.
-fn lock_key(dir: &Path) -> String {
+pub(crate) fn lock_key(dir: &Path) -> String {
     let d = absolute(dir);
     // A few `stat`s up the tree: cheaper than a hop to a blocking thread.
     super::git::worktree_top(&d).unwrap_or(d).display().to_string()

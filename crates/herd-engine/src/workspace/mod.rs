@@ -12,6 +12,7 @@ use herd_core::workspace::LockMode;
 
 pub use git::{Git, GitError, Merge};
 pub use lifecycle::IsolationPlan;
+pub(crate) use lifecycle::lock_key;
 
 /// Where a task runs.
 #[derive(Debug, Clone)]
