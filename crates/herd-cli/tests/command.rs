@@ -144,13 +144,11 @@ steps:
     command: [sh, -c, "(setsid sleep 304.6 & echo $! > orphan.pid); sleep 2.5; kill -0 $(cat orphan.pid) && echo alive"]
   - {id: b, command: [sleep, "0.3"]}
 "#;
-    std::fs::write(w.work.join("leftovers.yml"), plan).unwrap();
-    let (code, v) = w.json(&["run", "leftovers.yml", "--json"]);
+    let (code, v) = w.run_plan("leftovers.yml", plan);
     assert_eq!(code, 0, "{v}");
     let a = v["steps"].as_array().unwrap().iter().find(|s| s["id"] == "a").unwrap();
     let id = a["subagent_id"].as_str().unwrap();
-    let (_, row) = w.json(&["show", id, "--json"]);
-    assert_eq!(row["result"], "alive", "{row}");
+    assert_eq!(w.result_of(id), "alive", "{v}");
     assert!(
         procs_with_cmdline("sleep 304.6").is_empty(),
         "{:?}",
@@ -172,12 +170,10 @@ steps:
   - {id: a, command: [sh, -c, "(env -i /bin/sleep 307.2 & echo $! > unmarked.pid); sleep 0.7; echo left"]}
   - {id: b, command: [sh, -c, "sleep 2; kill -0 $(cat unmarked.pid) 2>/dev/null && echo alive || echo gone"]}
 "#;
-    std::fs::write(w.work.join("unmarked.yml"), plan).unwrap();
-    let (code, v) = w.json(&["run", "unmarked.yml", "--json"]);
+    let (code, v) = w.run_plan("unmarked.yml", plan);
     assert_eq!(code, 0, "{v}");
     let b = v["steps"].as_array().unwrap().iter().find(|s| s["id"] == "b").unwrap();
-    let (_, row) = w.json(&["show", b["subagent_id"].as_str().unwrap(), "--json"]);
-    assert_eq!(row["result"], "gone", "{row}");
+    assert_eq!(w.result_of(b["subagent_id"].as_str().unwrap()), "gone", "{v}");
     assert!(procs_with_cmdline("sleep 307.2").is_empty());
 }
 

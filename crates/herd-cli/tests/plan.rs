@@ -75,12 +75,10 @@ fn a_spent_budget_starts_nothing_more() {
     }
     MockServer::shared().script("budget_a", Script::new().text("spent"));
     // One at a time: the first step's cost is over the budget, so nothing after it may run.
-    std::fs::write(
-        w.work.join("budget.yml"),
+    let (code, v) = w.run_plan(
+        "budget.yml",
         "limits: {max_concurrent: 1, budget_usd: 0.0000001}\ndefaults: {cli: claude, prompt: \"SCENARIO=budget_a go\"}\nsteps: [{id: a}, {id: b}, {id: c}, {id: d}]\n",
-    )
-    .unwrap();
-    let (code, v) = w.json(&["run", "budget.yml", "--json"]);
+    );
     assert_eq!(code, 1, "{v}");
     let steps = v["steps"].as_array().unwrap();
     assert_eq!(steps[0]["status"], "completed", "{v}");
@@ -98,20 +96,18 @@ fn at_most_max_concurrent_agents_run_at_once() {
     std::fs::create_dir_all(w.work.join("live")).unwrap();
     let script = "touch live/$$; ls live | wc -l; sleep 0.4; rm live/$$";
     let steps: Vec<String> = (0..8).map(|i| format!("{{id: s{i}}}")).collect();
-    std::fs::write(
-        w.work.join("pool.yml"),
-        format!(
+    let (code, v) = w.run_plan(
+        "pool.yml",
+        &format!(
             "limits: {{max_concurrent: 2}}\ndefaults: {{cli: command, prompt: go, command: [sh, -c, \"{script}\"]}}\nsteps: [{}]\n",
             steps.join(", ")
         ),
-    )
-    .unwrap();
-    let (code, v) = w.json(&["run", "pool.yml", "--json"]);
+    );
     assert_eq!(code, 0, "{v}");
     let mut seen = Vec::new();
     for s in v["steps"].as_array().unwrap() {
-        let (_, row) = w.json(&["show", s["subagent_id"].as_str().unwrap(), "--json"]);
-        seen.push(row["result"].as_str().unwrap().trim().parse::<u32>().unwrap());
+        let result = w.result_of(s["subagent_id"].as_str().unwrap());
+        seen.push(result.as_str().unwrap().trim().parse::<u32>().unwrap());
     }
     assert!(seen.iter().all(|&n| (1..=2).contains(&n)), "{seen:?}");
     assert!(seen.contains(&2), "two ran side by side: {seen:?}");
@@ -122,12 +118,10 @@ fn locked_steps_of_a_one_slot_plan_take_turns_without_waiting_for_the_lock() {
     // Exclusive locks with wait: false: the second step must start only once the first has
     // released the directory, not fail because it was created while the first ran.
     let w = World::new();
-    std::fs::write(
-        w.work.join("locked.yml"),
+    let (code, v) = w.run_plan(
+        "locked.yml",
         "limits: {max_concurrent: 1}\ndefaults: {cli: command, prompt: go, command: [sleep, \"0.3\"], workspace: locked}\nsteps: [{id: a}, {id: b}, {id: c}]\n",
-    )
-    .unwrap();
-    let (code, v) = w.json(&["run", "locked.yml", "--json"]);
+    );
     assert_eq!(code, 0, "{v}");
     assert!(v["steps"].as_array().unwrap().iter().all(|s| s["status"] == "completed"), "{v}");
 }

@@ -64,6 +64,17 @@ impl World {
         (out.status.code().unwrap_or(-1), v)
     }
 
+    /// Write `yaml` to `file` in the work directory and `herd run` it with `--json`.
+    pub fn run_plan(&self, file: &str, yaml: &str) -> (i32, Value) {
+        std::fs::write(self.work.join(file), yaml).unwrap();
+        self.json(&["run", file, "--json"])
+    }
+
+    /// The `result` of a subagent, via `herd show --json`.
+    pub fn result_of(&self, id: &str) -> Value {
+        self.json(&["show", id, "--json"]).1["result"].clone()
+    }
+
     /// Every event of a subagent, via `herd logs --json`.
     pub fn events(&self, id: &str) -> Vec<Value> {
         let out = self.run(&["logs", id, "--json"]);
