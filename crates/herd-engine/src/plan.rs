@@ -26,23 +26,6 @@ use crate::slots::Slots;
 use crate::{Engine, EngineError, StopLevel, TaskReport, TaskRequest};
 use isolation::{Isolation, isolated_spec};
 
-/// A step's change of status (and why), for the store.
-pub(crate) fn step_change(
-    orch: &str,
-    key: &str,
-    status: &str,
-    reason: Option<String>,
-) -> StepChange {
-    StepChange {
-        orch: orch.into(),
-        key: key.into(),
-        status: status.into(),
-        subagent: None,
-        reason,
-        attempt: None,
-    }
-}
-
 /// All dependencies' results together are capped at this many bytes in a step's prompt.
 pub const DEFAULT_SUMMARY_CAP: usize = 16 * 1024;
 /// Default pool bound.
@@ -363,13 +346,13 @@ impl Engine {
         // while a slot stands empty. Not with a budget: a step starts only once the cost of
         // those before it is known.
         let slots = Arc::new(Slots::new(bound, opts.pool.clone()));
+        let ahead = if plan.limits.budget_usd.is_some() { 0 } else { bound };
+        let mut sched = Scheduler::new(&deps, &retries, bound + ahead);
         // Unlocked steps register in their directory as they are created (one write, ahead of
         // their place) only where no one can wait for a lock while holding a place this plan
         // needs: no step here takes a lock, and the pool is the plan's own.
         let register_ahead = opts.pool.is_none()
             && plan.steps.iter().all(|s| s.workspace() != WorkspaceMode::Locked);
-        let ahead = if plan.limits.budget_usd.is_some() { 0 } else { bound };
-        let mut sched = Scheduler::new(&deps, &retries, bound + ahead);
         let mut outcomes: Vec<StepOutcome> = plan
             .steps
             .iter()
@@ -415,7 +398,7 @@ impl Engine {
                         let change = StepChange {
                             subagent: Some(id.to_string()),
                             attempt: Some(attempt),
-                            ..step_change(&plan_id, &s.id, "running", None)
+                            ..StepChange::new(&plan_id, &s.id, "running", None)
                         };
                         let started = updates.cloned().map(|tx| {
                             (
@@ -452,7 +435,7 @@ impl Engine {
                     Action::DependencyFailed { step, cause } => {
                         let reason = format!("dependency_failed({})", plan.steps[cause].id);
                         let key = &plan.steps[step].id;
-                        let change = step_change(&plan_id, key, "failed", Some(reason.clone()));
+                        let change = StepChange::new(&plan_id, key, "failed", Some(reason.clone()));
                         let shown = PlanUpdate::Finished {
                             step: key.clone(),
                             status: "failed".into(),
@@ -466,7 +449,7 @@ impl Engine {
                     Action::Skip { step } => {
                         let why = if cancelled { "cancelled" } else { "budget_exhausted" };
                         let key = &plan.steps[step].id;
-                        let change = step_change(&plan_id, key, "cancelled", Some(why.into()));
+                        let change = StepChange::new(&plan_id, key, "cancelled", Some(why.into()));
                         self.queue_step(&mut commits, change, None).await?;
                         outcomes[step].status = "cancelled".into();
                         outcomes[step].failure_reason = Some(why.into());
@@ -496,7 +479,7 @@ impl Engine {
                     let (key, status) = (plan.steps[s].id.clone(), status.to_string());
                     let reason = failure.as_ref().map(ToString::to_string);
                     self.writer()
-                        .set_step(step_change(&plan_id, &key, &status, reason.clone()))
+                        .set_step(StepChange::new(&plan_id, &key, &status, reason.clone()))
                         .await?;
                     outcomes[s].status = status.clone();
                     outcomes[s].failure_reason = reason.clone();
@@ -544,7 +527,10 @@ impl Engine {
                     let (report, ended) = report?;
                     // The step's own change below is queued after the run's end, so it is shown
                     // only once both are stored; this watches the run's end for errors.
-                    commits.spawn(async move { ended.committed().await.map(|_| None).map_err(Into::into) });
+                    commits.spawn(async move {
+                        ended.committed().await?;
+                        Ok(None)
+                    });
                     let key = plan.steps[step].id.clone();
                     let ok = report.status == Status::Completed;
                     cost += report.cost_usd.unwrap_or(0.0);
@@ -558,6 +544,12 @@ impl Engine {
                     if ok {
                         results.insert(step, report.result.clone().unwrap_or_default());
                     }
+                    // A spent budget starts nothing more: stop starting before the scheduler
+                    // hands this step's place (or a retry) to another.
+                    let spent = match plan.limits.budget_usd {
+                        Some(budget) if cost >= budget => sched.stop_starting(),
+                        _ => Vec::new(),
+                    };
                     // An isolated success waits for its turn to merge (above); it is neither
                     // done for the scheduler nor retried until then.
                     actions = if report.status == Status::WaitingForMerge {
@@ -583,24 +575,14 @@ impl Engine {
                     if !retrying && report.status != Status::WaitingForMerge {
                         resolved[step] = true;
                         let status = report.status.to_string();
-                        let mut reason = report.failure.as_ref().map(ToString::to_string);
-                        // Started ahead of a slot, then held back when the budget ran out.
-                        if report.status == Status::Cancelled && slots.is_closed() && !cancelled {
-                            reason.get_or_insert_with(|| "budget_exhausted".into());
-                        }
-                        let change = step_change(&plan_id, &key, &status, reason.clone());
+                        let reason = report.failure.as_ref().map(ToString::to_string);
+                        let change = StepChange::new(&plan_id, &key, &status, reason.clone());
                         o.status = status.clone();
                         o.failure_reason = reason.clone();
                         let shown = PlanUpdate::Finished { step: key, status, reason };
                         self.queue_step(&mut commits, change, Some(shown)).await?;
                     }
-                    if let Some(budget) = plan.limits.budget_usd
-                        && cost >= budget
-                    {
-                        actions.extend(sched.stop_starting());
-                        // Steps started ahead but still waiting for a slot do not spawn.
-                        slots.close();
-                    }
+                    actions.extend(spent);
                 }
                 changed = stop.changed(), if !cancelled => {
                     if changed.is_err() || *stop.borrow() != StopLevel::None {

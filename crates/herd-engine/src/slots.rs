@@ -1,5 +1,5 @@
-//! Process slots: how many agents may live at once. A plan's own pool (closed when its budget
-//! is spent) and, under `herd mcp`, the server's pool that its tasks share.
+//! Process slots: how many agents may live at once. A plan's own pool and, under `herd mcp`,
+//! the server's pool that its tasks share.
 
 use std::sync::Arc;
 
@@ -27,8 +27,7 @@ impl Slots {
         Self { local: Arc::new(Semaphore::new(bound)), bound, shared }
     }
 
-    /// Wait for a place in each pool (this one first); `None` if the run is stopped first or
-    /// this pool was closed.
+    /// Wait for a place in each pool (this one first); `None` if the run is stopped first.
     pub async fn acquire(&self, stop: &watch::Receiver<StopLevel>) -> Option<Slot> {
         let mut stop = stop.clone();
         let all = async {
@@ -43,15 +42,6 @@ impl Slots {
             s = all => s,
             _ = stop.wait_for(|l| *l != StopLevel::None) => None,
         }
-    }
-
-    /// Start no more agents here (runs waiting for a place end without starting).
-    pub fn close(&self) {
-        self.local.close();
-    }
-
-    pub fn is_closed(&self) -> bool {
-        self.local.is_closed()
     }
 
     /// Agents holding a place in this pool.

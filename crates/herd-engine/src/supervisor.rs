@@ -235,6 +235,23 @@ impl Child {
         let stdout = pipe::Receiver::from_owned_fd(out_r).map_err(perr)?;
         let stderr = pipe::Receiver::from_owned_fd(err_r).map_err(perr)?;
         let stdin = pipe::Sender::from_owned_fd(in_w).map_err(perr)?;
+        let mut req = SpawnRequest {
+            marker: marker.as_bytes().to_vec(),
+            program: inv.program.as_os_str().as_bytes().to_vec(),
+            cwd: cwd.as_os_str().as_bytes().to_vec(),
+            args: inv.args.iter().map(|a| a.as_bytes().to_vec()).collect(),
+            env: env.iter().map(|(k, v)| (k.as_bytes().to_vec(), v.as_bytes().to_vec())).collect(),
+        };
+        // The request carries the environment (granted secrets too): every copy is wiped.
+        let mut payload = req.encode();
+        req.wipe();
+        if payload.len() > MAX_PAYLOAD {
+            let size = payload.len();
+            zeroize::Zeroize::zeroize(&mut payload);
+            return Err(SpawnError::Agent(format!(
+                "the command line and environment take {size} bytes; at most {MAX_PAYLOAD} can be passed"
+            )));
+        }
         let run = keeper.next_run.fetch_add(1, Ordering::Relaxed);
         let (tx, mut msgs) = mpsc::unbounded_channel();
         {
@@ -244,25 +261,8 @@ impl Child {
             }
             routes.runs.insert(run, tx);
         }
-        let mut req = SpawnRequest {
-            marker: marker.as_bytes().to_vec(),
-            program: inv.program.as_os_str().as_bytes().to_vec(),
-            cwd: cwd.as_os_str().as_bytes().to_vec(),
-            args: inv.args.iter().map(|a| a.as_bytes().to_vec()).collect(),
-            env: env.iter().map(|(k, v)| (k.as_bytes().to_vec(), v.as_bytes().to_vec())).collect(),
-        };
-        let mut payload = req.encode();
-        if payload.len() > MAX_PAYLOAD {
-            lock(&keeper.routes).runs.remove(&run);
-            return Err(SpawnError::Agent(format!(
-                "the command line and environment take {} bytes; at most {MAX_PAYLOAD} can be passed",
-                payload.len()
-            )));
-        }
         let cmd = Cmd { frame: frame(tag::SPAWN, run, &payload), fds: vec![in_r, out_w, err_w] };
-        // The request carries the environment (granted secrets too): wiped once framed.
         zeroize::Zeroize::zeroize(&mut payload);
-        req.wipe();
         let sent = keeper.tx.send(cmd).is_ok();
         // Until the agent is ours (a Child), a cancelled spawn must not leave it running: the
         // kill is queued after the spawn request, so the guard sees them in that order.

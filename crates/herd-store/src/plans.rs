@@ -143,6 +143,20 @@ pub struct StepChange {
     pub attempt: Option<u32>,
 }
 
+impl StepChange {
+    /// Step `key` of plan `orch` goes to `status` (and why); subagent and attempt unchanged.
+    pub fn new(orch: &str, key: &str, status: &str, reason: Option<String>) -> Self {
+        Self {
+            orch: orch.into(),
+            key: key.into(),
+            status: status.into(),
+            subagent: None,
+            reason,
+            attempt: None,
+        }
+    }
+}
+
 /// Update a step's status (and optionally its subagent, reason, attempts); appends a plan event.
 pub(crate) fn set_step(tx: &Connection, c: &StepChange) -> Result<()> {
     let (orch, key, status) = (c.orch.as_str(), c.key.as_str(), c.status.as_str());

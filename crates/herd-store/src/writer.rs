@@ -180,7 +180,7 @@ impl WriterHandle {
         holder: String,
         hold: herd_core::workspace::Hold,
         owner: (u32, Option<u64>),
-        alive: fn(u32, Option<u64>) -> bool,
+        alive: crate::IsAliveFn,
     ) -> Result<std::result::Result<(), Vec<crate::LockHolder>>> {
         let slot = Arc::new(std::sync::Mutex::new(None));
         let out = Arc::clone(&slot);
@@ -192,16 +192,6 @@ impl WriterHandle {
         .await?;
         let got = slot.lock().unwrap_or_else(|p| p.into_inner()).take();
         got.ok_or_else(|| StoreError::WriterGone("acquire_lock".into()))
-    }
-
-    /// Release every lock run `holder` has, in order with its other writes.
-    pub async fn release_locks(&self, holder: String) -> Result<()> {
-        self.exec(move |c| crate::worktrees::release_locks(c, &holder).map(drop)).await
-    }
-
-    /// Persist a new subagent (`pending`) and its `subagent_created` event.
-    pub async fn create_subagent(&self, n: NewSubagent) -> Result<()> {
-        self.exec(move |c| crate::store::create_subagent(c, &n)).await
     }
 
     /// Persist a new run in one go: the subagent (`pending`), whether it auto-approves, its
@@ -301,21 +291,6 @@ impl WriterHandle {
         self.exec(move |c| crate::audit::insert_audit(c, &entry)).await
     }
 
-    /// Record whether a run auto-approves, with its `subagent_spawn` audit entry.
-    pub async fn audit_spawn(
-        &self,
-        id: &SubagentId,
-        auto_approve: bool,
-        entry: crate::NewAudit,
-    ) -> Result<()> {
-        let id = id.to_string();
-        self.exec(move |c| {
-            crate::audit::set_auto_approve(c, &id, auto_approve)?;
-            crate::audit::insert_audit(c, &entry)
-        })
-        .await
-    }
-
     /// Persist a tool call waiting for a person.
     pub async fn create_permission_request(&self, r: crate::NewPermissionRequest) -> Result<()> {
         self.exec(move |c| crate::audit::insert_request(c, &r)).await
@@ -330,12 +305,6 @@ impl WriterHandle {
     ) -> Result<()> {
         let id = id.to_owned();
         self.exec(move |c| crate::audit::close_request(c, &id, status, by).map(|_| ())).await
-    }
-
-    /// The run ended: its requests still waiting for a person are closed as `cancelled`.
-    pub async fn close_requests_of(&self, id: &SubagentId) -> Result<()> {
-        let id = id.to_string();
-        self.exec(move |c| crate::audit::close_requests_of(c, &id)).await
     }
 
     /// Wait until everything queued so far is committed; reports a failed append since the last flush.

@@ -10,7 +10,6 @@ use herd_store::{NewWorktree, Update, now_ms};
 use tokio::sync::watch;
 
 use super::{Git, GitError, IsolatedSpec, Merge, WorkspaceError, WorkspaceReq, absolute};
-use crate::plan::step_change;
 use crate::{Engine, EngineError, StopLevel, TaskRequest, procfs};
 
 /// How often a run waiting for a lock tries again.
@@ -227,7 +226,9 @@ impl Engine {
                         self.writer().append(id, vec![Decoded::top(ev)]).await?;
                     }
                     if waiting && let Some((orch, key)) = &req.plan_step {
-                        self.writer().set_step(step_change(orch, key, "running", None)).await?;
+                        self.writer()
+                            .set_step(herd_store::StepChange::new(orch, key, "running", None))
+                            .await?;
                     }
                     return Ok(None);
                 }
@@ -256,7 +257,9 @@ impl Engine {
                     Update { status: Some(Status::Queued), events: vec![ev], ..Update::default() };
                 self.writer().update(id, update).await?;
                 if let Some((orch, key)) = &req.plan_step {
-                    self.writer().set_step(step_change(orch, key, "blocked", None)).await?;
+                    self.writer()
+                        .set_step(herd_store::StepChange::new(orch, key, "blocked", None))
+                        .await?;
                 }
             }
             tokio::time::sleep(LOCK_POLL).await;
