@@ -1,0 +1,337 @@
+//! One subagent run, start to close: persist it, prepare its workspace, start the agent under
+//! the guard with its environment and tool settings, then hand it to [`state`] to the end.
+
+mod state;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use herd_backends::{BackendKind, RunSpec};
+use herd_core::{AgentEvent, FailureReason, Status, SubagentId, Usage};
+use herd_store::{NewSubagent, Update, now_ms};
+use serde_json::json;
+use tokio::sync::watch;
+
+use crate::gate::calls::Calls;
+use crate::gate::{Gate, HookEnv, HookEvent, POLICY_LAYERS_VAR, Permissions, granted_env};
+use crate::supervisor::{Child, child_env};
+use crate::workspace::WorkspaceReq;
+use crate::{Engine, EngineError, procfs};
+use state::RunState;
+
+/// A task to run as one subagent.
+#[derive(Debug, Clone)]
+pub struct TaskRequest {
+    pub name: Option<String>,
+    pub backend: BackendKind,
+    pub spec: RunSpec,
+    pub cwd: PathBuf,
+    /// Explicit `--env K=V` pairs, on top of the allowlist.
+    pub env: Vec<(String, String)>,
+    pub timeout: Duration,
+    /// Cut the result text to this many bytes (the transcript keeps everything).
+    pub max_output_bytes: Option<u64>,
+    /// Rules, auto-approve, hooks and grants for the agent's tool calls.
+    pub permissions: Permissions,
+    /// Where the agent works: the directory as is (optionally locked) or an isolated worktree.
+    pub workspace: WorkspaceReq,
+    /// The plan run and step key this task is, to mark the step `blocked` while it waits.
+    pub plan_step: Option<(String, String)>,
+}
+
+/// How hard a caller wants a run stopped.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub enum StopLevel {
+    #[default]
+    None,
+    /// The stop ladder: graceful, then SIGTERM, then SIGKILL.
+    Graceful,
+    /// Straight to SIGKILL.
+    Force,
+}
+
+/// Live figures for a progress display.
+#[derive(Debug, Clone, Default)]
+pub struct Progress {
+    pub turns: u32,
+    pub usage: Usage,
+    pub current_tool: Option<String>,
+    pub events: u64,
+}
+
+/// The commit of a run's last write (its end, audit entry, lock release).
+pub(crate) type Ended = herd_store::Pending<Vec<herd_store::StoredEvent>>;
+
+/// How a run ended.
+#[derive(Debug, Clone)]
+pub struct TaskReport {
+    pub id: SubagentId,
+    pub status: Status,
+    pub failure: Option<FailureReason>,
+    pub native_session_id: Option<String>,
+    pub result: Option<String>,
+    pub result_truncated: bool,
+    pub num_turns: Option<u32>,
+    pub usage: Usage,
+    pub cost_usd: Option<f64>,
+    pub duration_ms: u64,
+}
+
+impl Engine {
+    /// Run `req` as subagent `id` to the end. A failed run is an `Ok` report; `Err` means herd
+    /// itself could not record it.
+    pub async fn run(
+        &self,
+        id: SubagentId,
+        req: TaskRequest,
+        stop: watch::Receiver<StopLevel>,
+        progress: Option<watch::Sender<Progress>>,
+    ) -> Result<TaskReport, EngineError> {
+        self.create_run(&id, &req).await?;
+        self.start_run(id, req, stop, progress).await
+    }
+
+    /// Persist subagent `id` (status `pending`) with its contract, before any process exists.
+    pub async fn create_run(&self, id: &SubagentId, req: &TaskRequest) -> Result<(), EngineError> {
+        self.persist_run(id, req, None, false).await.map(drop)
+    }
+
+    /// [`create_run`](Self::create_run), with a plan step's change to `running` in the same
+    /// write and, with `register_ahead` for an unlocked run, its registration as a user of its
+    /// directory (which only an exclusive lock cares about). True if it was registered.
+    pub(crate) async fn persist_run(
+        &self,
+        id: &SubagentId,
+        req: &TaskRequest,
+        step: Option<herd_store::StepChange>,
+        register_ahead: bool,
+    ) -> Result<bool, EngineError> {
+        self.check_depth()?;
+        req.permissions.validate(&req.spec).map_err(EngineError::InvalidPermissionConfig)?;
+        if req.permissions.auto_approve.is_some()
+            && !herd_core::permission::may_auto_approve(&self.inherited_policies)
+        {
+            return Err(EngineError::InvalidPermissionConfig(
+                "INVALID_PERMISSION_CONFIG: auto-approve is not allowed here: a herd above this \
+                 one asks a person about calls no rule decides, and a child can only narrow"
+                    .into(),
+            ));
+        }
+        let env_keys: Vec<&str> = req.env.iter().map(|(k, _)| k.as_str()).collect();
+        let (owner_pid, owner_start_time) = self.owner();
+        let auto = req.permissions.auto_approve.is_some();
+        let subagent = NewSubagent {
+            id: id.clone(),
+            parent_session_id: self.session_id.clone(),
+            name: req.name.clone().unwrap_or_else(|| req.backend.to_string()),
+            cli: req.backend.to_string(),
+            prompt: req.spec.prompt.clone(),
+            model: req.spec.model.clone(),
+            working_directory: req.cwd.display().to_string(),
+            max_turns: req.spec.max_turns,
+            timeout_ms: Some(req.timeout.as_millis() as u64),
+            // The delegation contract. Explicit env values may be secrets: keys only.
+            spec: json!({
+                "cli": req.backend, "spec": req.spec, "cwd": req.cwd,
+                "timeout_ms": req.timeout.as_millis() as u64,
+                "max_output_bytes": req.max_output_bytes, "env_keys": env_keys,
+            }),
+            owner_pid,
+            owner_start_time,
+        };
+        let audit = herd_store::NewAudit {
+            event_type: "subagent_spawn",
+            severity: if auto { "warn" } else { "info" },
+            subagent_id: Some(id.to_string()),
+            parent_session_id: Some(self.session_id.clone()),
+            details: Some(req.permissions.summary(&req.spec)),
+            ..Default::default()
+        };
+        let unlocked_in = match &req.workspace {
+            WorkspaceReq::Shared { lock: None, .. } if register_ahead => {
+                Some((crate::workspace::lock_key(&req.cwd), procfs::is_same_process as _))
+            }
+            _ => None,
+        };
+        Ok(self.writer().create_run(subagent, auto, audit, step, unlocked_in).await?)
+    }
+
+    /// Run a subagent persisted by [`create_run`](Self::create_run); returns once its end is
+    /// stored.
+    pub async fn start_run(
+        &self,
+        id: SubagentId,
+        req: TaskRequest,
+        stop: watch::Receiver<StopLevel>,
+        progress: Option<watch::Sender<Progress>>,
+    ) -> Result<TaskReport, EngineError> {
+        let (report, stored) = self.launch(id, req, stop, progress, None, false).await?;
+        stored.committed().await?;
+        Ok(report)
+    }
+
+    /// [`start_run`](Self::start_run) without waiting for the last write to commit: the caller
+    /// gets the report at once and shows it only once `Ended` has committed. With `slots` (a
+    /// plan's pool), the run holds a place from before its workspace is prepared (a lock it
+    /// waits for, a worktree and its setup command) until its end is queued for the store, so
+    /// the next run to get the place finds any lock this one held released. `registered`: an
+    /// unlocked run already registered in its directory at [`persist_run`](Self::persist_run).
+    pub(crate) async fn launch(
+        &self,
+        id: SubagentId,
+        req: TaskRequest,
+        stop: watch::Receiver<StopLevel>,
+        progress: Option<watch::Sender<Progress>>,
+        slots: Option<&crate::slots::Slots>,
+        registered: bool,
+    ) -> Result<(TaskReport, Ended), EngineError> {
+        let backend = req.backend.backend();
+        // Children carry their depth, so a herd they start knows where it stands.
+        let gate = Arc::new(Gate::new(
+            req.permissions.clone(),
+            &self.inherited_policies,
+            &req.spec,
+            self.writer(),
+            self.store.clone(),
+            id.clone(),
+            HookEnv {
+                subagent_id: id.to_string(),
+                subagent_name: req.name.clone().unwrap_or_else(|| req.backend.to_string()),
+                session_id: self.session_id.clone(),
+                tool: None,
+            },
+            req.cwd.clone(),
+        ));
+        let mut explicit = vec![
+            ("HERD_DEPTH".to_owned(), (self.depth + 1).to_string()),
+            (POLICY_LAYERS_VAR.to_owned(), gate.layers_json()),
+        ];
+        explicit.extend(req.env.iter().cloned());
+        // Granted secrets reach the child only at spawn and only while their grant is valid.
+        explicit.extend(granted_env(&req.permissions));
+        // Values may be secrets (grants, --env): both copies are wiped when dropped, on every path.
+        let explicit = Wiped(explicit);
+        let env = Wiped(child_env(std::env::vars(), backend.env_prefixes(), &explicit.0));
+        drop(explicit);
+        // Auto-approve's time box bounds the whole run.
+        let timeout = match &req.permissions.auto_approve {
+            Some(a) => req.timeout.min(a.max_duration),
+            None => req.timeout,
+        };
+        let mut run = RunState::new(self, &id, backend, &req, progress, Calls::new(gate))?;
+        let started = Instant::now();
+        let _slot = match slots {
+            Some(pool) => match pool.acquire(&stop).await {
+                Some(p) => Some(p),
+                None => return run.finish(Status::Cancelled, None, started, &[]).await,
+            },
+            None => None,
+        };
+        match self.prepare_workspace(&id, &req, &stop, registered).await {
+            Ok(None) => {}
+            Ok(Some((status, failure))) => return run.finish(status, failure, started, &[]).await,
+            Err(e) => {
+                // Leave a terminal record rather than a `pending` row, then report herd's error.
+                let failure = FailureReason::Workspace { message: format!("herd error: {e}") };
+                let _ = run.finish(Status::Failed, Some(failure), started, &[]).await;
+                return Err(e);
+            }
+        }
+
+        let path_var = env.0.iter().find(|(k, _)| k == "PATH").map(|(_, v)| v.as_str());
+        let override_bin = backend.program_override_var().and_then(|v| std::env::var(v).ok());
+        // Tools granted for now are offered beside the run's own (the gate checks the grant at
+        // each call); then what the CLI must always ask about, of the tools the run has.
+        let mut spec = req.spec.clone();
+        if let Some(tools) = spec.tools.as_mut() {
+            for g in req.permissions.granted_tools() {
+                if !tools.iter().any(|t| t.eq_ignore_ascii_case(&g)) {
+                    tools.push(backend.tool_name(&g));
+                }
+            }
+        }
+        let tools: Vec<String> = match &spec.tools {
+            Some(t) => t.clone(),
+            None => backend.builtin_tools().iter().map(|t| (*t).to_owned()).collect(),
+        };
+        spec.ask_first = run.calls.gate.ask_first(&tools);
+        let spawned = match backend.invocation(&spec, path_var, override_bin.as_deref()) {
+            Ok(inv) => match self.keeper() {
+                Ok(keeper) => Child::spawn(&keeper, id.as_str(), &inv, &req.cwd, &env.0)
+                    .await
+                    .map(|c| (c, inv))
+                    .map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
+            },
+            Err(e) => Err(e.to_string()),
+        };
+        // The child has its environment: herd's copy (grants included) is wiped.
+        drop(env);
+        let (mut child, inv) = match spawned {
+            Ok(c) => c,
+            Err(message) => {
+                let failure = FailureReason::SpawnError { message };
+                return run.finish(Status::Failed, Some(failure), started, &[]).await;
+            }
+        };
+        let argv: Vec<String> = std::iter::once(inv.program.display().to_string())
+            .chain(inv.args.iter().cloned())
+            .collect();
+        run.started_at = Some(now_ms());
+        // Not waited for here: the run goes on while it commits; `finish` checks it.
+        run.running = Some(
+            self.writer()
+                .queue_update(
+                    &id,
+                    Update {
+                        status: Some(Status::Running),
+                        pid: Some(child.pid),
+                        pgid: Some(child.pid),
+                        process_start_time: child.start_time,
+                        started_at: run.started_at,
+                        events: vec![AgentEvent::SubagentStarted {
+                            pid: child.pid,
+                            pgid: child.pid,
+                            argv: argv.clone(),
+                        }],
+                        ..Update::default()
+                    },
+                )
+                .await?,
+        );
+        run.calls.fire(
+            HookEvent::SubagentStart,
+            json!({"hook_event_name": "SubagentStart", "subagent_id": id.as_str(), "argv": argv}),
+        );
+        child.write_stdin(&backend.initial_stdin(&req.spec));
+        if !backend.holds_stdin() {
+            child.close_stdin();
+        }
+        match run.pump(&mut child, stop, timeout, req.spec.max_turns).await {
+            Ok((status, failure)) => run.finish(status, failure, started, &argv).await,
+            Err(e) => {
+                // herd itself failed (store, transcript): stop the agent and, if the store still
+                // takes writes, leave a terminal record rather than a `running` row.
+                child.kill();
+                child.wait_exit().await;
+                let failure = FailureReason::AgentError { message: format!("herd error: {e}") };
+                let _ = run.finish(Status::Failed, Some(failure), started, &argv).await;
+                Err(e)
+            }
+        }
+    }
+}
+
+/// Environment pairs (they may hold granted secrets) overwritten before their memory is freed.
+struct Wiped(Vec<(String, String)>);
+
+impl Drop for Wiped {
+    fn drop(&mut self) {
+        use zeroize::Zeroize;
+        for (k, v) in self.0.iter_mut() {
+            k.zeroize();
+            v.zeroize();
+        }
+    }
+}
