@@ -70,14 +70,16 @@ impl Default for EngineConfig {
     }
 }
 
-/// An open engine: the store, its writer, and its process guard (started on first use).
+/// An open engine: the store, its writer, and its process guards (each started on first use).
 #[derive(Debug)]
 pub struct Engine {
     paths: StatePaths,
     store: Arc<Mutex<Store>>,
     writer: Writer,
     guard: GuardCommand,
-    keeper: Mutex<Option<Arc<supervisor::Keeper>>>,
+    /// A few guards, taken in turn: a guard is single-threaded and blocked while an agent it
+    /// starts is exec'd, so one guard would start agents one at a time.
+    keepers: Mutex<Keepers>,
     /// This process and its start time, recorded as the owner of what it runs.
     owner: (u32, Option<u64>),
     session_id: String,
@@ -113,7 +115,7 @@ impl Engine {
             store: Arc::new(Mutex::new(store)),
             writer,
             guard,
-            keeper: Mutex::new(None),
+            keepers: Mutex::new(Keepers::new()),
             owner: (std::process::id(), procfs::own_start_time()),
             session_id,
             config: EngineConfig::default(),
@@ -146,12 +148,14 @@ impl Engine {
         self.owner
     }
 
-    /// The running guard, started now if there is none (or the last one died).
+    /// The next guard in turn, started now if it is not running (or died).
     fn keeper(&self) -> Result<Arc<supervisor::Keeper>, SpawnError> {
-        let mut k = self.keeper.lock().unwrap_or_else(|p| p.into_inner());
-        match k.as_ref() {
+        let mut k = self.keepers.lock().unwrap_or_else(|p| p.into_inner());
+        let i = k.next % k.slots.len();
+        k.next = k.next.wrapping_add(1);
+        match k.slots[i].as_ref() {
             Some(keeper) if keeper.is_alive() => Ok(keeper.clone()),
-            _ => Ok(k.insert(supervisor::Keeper::start(&self.guard)?).clone()),
+            _ => Ok(k.slots[i].insert(supervisor::Keeper::start(&self.guard)?).clone()),
         }
     }
 
@@ -166,13 +170,30 @@ impl Engine {
     /// Flush and stop the writer.
     pub async fn shutdown(self) -> Result<(), EngineError> {
         let flushed = self.writer.shutdown().await;
-        // Every run has ended: the guard goes too (a run still holding it keeps it alive, and
+        // Every run has ended: the guards go too (a run still holding one keeps it alive, and
         // dropping that run's last handle closes it).
-        let keeper = self.keeper.lock().unwrap_or_else(|p| p.into_inner()).take();
-        if let Some(k) = keeper.and_then(|k| Arc::try_unwrap(k).ok()) {
+        let slots =
+            std::mem::take(&mut self.keepers.lock().unwrap_or_else(|p| p.into_inner()).slots);
+        for k in slots.into_iter().flatten().filter_map(|k| Arc::try_unwrap(k).ok()) {
             k.stop().await;
         }
         Ok(flushed?)
+    }
+}
+
+/// The engine's guards: a place for each, filled on first use, taken in turn.
+#[derive(Debug)]
+struct Keepers {
+    slots: Vec<Option<Arc<supervisor::Keeper>>>,
+    next: usize,
+}
+
+impl Keepers {
+    /// As many places as cores, two to four: starting agents is exec-bound, not CPU-bound in
+    /// the guard, so two overlap even on one core; more than four buy nothing measurable.
+    fn new() -> Self {
+        let n = std::thread::available_parallelism().map_or(2, |n| n.get()).clamp(2, 4);
+        Self { slots: vec![None; n], next: 0 }
     }
 }
 
