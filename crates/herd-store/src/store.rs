@@ -77,6 +77,12 @@ pub(crate) fn open_conn(paths: &StatePaths) -> Result<Connection> {
         }
     }
     conn.pragma_update(None, "synchronous", "NORMAL").map_err(wrap)?;
+    // No checkpoint when the last connection closes: the WAL stays beside the database (it is
+    // the database's, read by every connection, and copied in by the writer's automatic
+    // checkpoints as it grows), and a herd command does not spend its last moments copying
+    // pages and syncing the file (30 ms at the end of a 2000-step plan).
+    conn.set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)
+        .map_err(wrap)?;
     conn.set_prepared_statement_cache_capacity(crate::sql::CACHE_CAPACITY);
     migrate::migrate(&mut conn, &shown)?;
     Ok(conn)
