@@ -14,16 +14,17 @@ use herd_core::workspace::{LockMode, WorkspaceMode, merge_order};
 use herd_core::{Status, SubagentId, Usage};
 use herd_store::{NewOrchestration, NewStep, StepChange};
 use serde::Serialize;
-use serde_json::json;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 
 use crate::workspace::{IsolatedSpec, WorkspaceReq};
 
+mod contract;
 mod isolation;
-use crate::run::Ended;
+use crate::run::{Ahead, Ended};
 use crate::slots::Slots;
 use crate::{Engine, EngineError, StopLevel, TaskReport, TaskRequest};
+use contract::contract;
 use isolation::{Isolation, isolated_spec};
 
 /// All dependencies' results together are capped at this many bytes in a step's prompt.
@@ -80,6 +81,34 @@ pub struct StepOutcome {
     pub cost_usd: Option<f64>,
     pub duration_ms: Option<u64>,
     pub usage: Usage,
+}
+
+/// How many pools' worth of steps are created ahead of a place. A run created ahead commits
+/// with the writer's next batch, not in a commit of its own; it waits for that commit (asking
+/// the writer to hurry) only if it gets a place first. With one pool ahead, short runs got
+/// their place before their batch committed nearly every time (measured with the dispatch
+/// benchmark: a commit per run again); with three, almost never. A plan stopped early records
+/// these runs as cancelled.
+const AHEAD: usize = 3;
+
+/// Steps that have ended, and of those the failed ones (counted as they settle, not by a walk
+/// over every step on each turn of the loop).
+#[derive(Debug, Default)]
+struct Tally {
+    done: usize,
+    failed: usize,
+}
+
+impl Tally {
+    /// Record `o`'s final status.
+    fn settle(&mut self, o: &mut StepOutcome, status: String, reason: Option<String>) {
+        let was_done = !matches!(o.status.as_str(), "pending" | "running");
+        self.done += usize::from(!was_done);
+        self.failed -= usize::from(o.status == "failed");
+        self.failed += usize::from(status == "failed");
+        o.status = status;
+        o.failure_reason = reason;
+    }
 }
 
 /// How a plan run ended.
@@ -197,27 +226,6 @@ fn step_permissions(
     p
 }
 
-/// The seed-003 delegation contract of a step.
-fn contract(plan_id: &str, plan: &Plan, i: usize, timeout: Duration) -> serde_json::Value {
-    let s = &plan.steps[i];
-    let f = &s.fields;
-    json!({
-        "parent": {"run_id": plan_id, "step_idx": i, "task_prompt": f.prompt, "goal_summary": plan.name},
-        "step": {"id": s.id, "title": f.name.clone().unwrap_or_else(|| s.id.clone()), "depends_on": s.depends_on},
-        "permissions": {
-            "allowed_tools": f.tools, "allow": f.allow, "deny": f.deny,
-            "can_spawn_children": false, "max_delegation_depth": 0,
-        },
-        "execution": {
-            "cli": f.cli.clone().unwrap_or_else(|| "claude".into()),
-            "attempt_timeout_ms": timeout.as_millis() as u64,
-            "max_retries": f.retries.unwrap_or(0), "max_turns": f.max_turns,
-            "close_on_completion": true,
-        },
-        "outputs": {"paths": f.outputs.clone().unwrap_or_default()},
-    })
-}
-
 struct Done {
     step: usize,
     /// The report, and the commit of the run's last write (shown only once that is stored).
@@ -275,7 +283,7 @@ impl Engine {
             session: self.session_id.clone(),
             name: plan.name.clone(),
             strategy: format!("{:?}", plan.strategy).to_lowercase(),
-            plan: serde_json::to_value(plan).unwrap_or_default(),
+            plan: serde_json::to_string(plan).unwrap_or_default(),
             source_file: opts.source_file.clone(),
             steps: new_steps,
             owner_pid: me,
@@ -341,12 +349,12 @@ impl Engine {
         let mut results: HashMap<usize, String> = HashMap::new();
         let deps: Vec<Vec<usize>> = plan.steps.iter().map(|s| s.deps.clone()).collect();
         let retries: Vec<u32> = plan.steps.iter().map(|s| s.fields.retries.unwrap_or(0)).collect();
-        // The pool bounds agent processes (`slots`); the scheduler runs up to as many steps
-        // again ahead of them, so a step's records are written while others' agents run, not
-        // while a slot stands empty. Not with a budget: a step starts only once the cost of
-        // those before it is known.
+        // The pool bounds agent processes (`slots`); the scheduler runs up to three times as
+        // many steps again ahead of them, so a step's records are written (in the writer's
+        // batches, see `AHEAD`) while others' agents run, not while a slot stands empty. Not
+        // with a budget: a step starts only once the cost of those before it is known.
         let slots = Arc::new(Slots::new(bound, opts.pool.clone()));
-        let ahead = if plan.limits.budget_usd.is_some() { 0 } else { bound };
+        let ahead = if plan.limits.budget_usd.is_some() { 0 } else { bound * AHEAD };
         let mut sched = Scheduler::new(&deps, &retries, bound + ahead);
         // Unlocked steps register in their directory as they are created (one write, ahead of
         // their place) only where no one can wait for a lock while holding a place this plan
@@ -369,6 +377,7 @@ impl Engine {
             .collect();
         let (mut cost, mut usage) = (0.0f64, Usage::default());
         let mut cancelled = false;
+        let mut tally = Tally::default();
         // Step changes queued on the writer, each with what to show once it is committed.
         let mut commits: JoinSet<Result<Option<PlanUpdate>, EngineError>> = JoinSet::new();
         let send = |u: PlanUpdate| {
@@ -413,19 +422,21 @@ impl Engine {
                         let engine = Arc::clone(self);
                         let stop = stop.clone();
                         let slots = slots.clone();
-                        // Persisting the run is the task's first act, so the loop goes on to the
-                        // next step at once; the step is shown started once it is stored.
+                        // Persisting the run is the task's first act (queued, not waited for),
+                        // so the loop goes on to the next step at once; the step is shown
+                        // started once it is stored.
                         running.spawn(async move {
                             let created =
                                 engine.persist_run(&id, &req, Some(change), register_ahead).await;
                             let report = match created {
-                                Ok(registered) => {
-                                    if let Some((tx, u)) = started {
-                                        let _ = tx.send(u);
-                                    }
-                                    engine
-                                        .launch(id, req, stop, None, Some(&slots), registered)
-                                        .await
+                                Ok(created) => {
+                                    let on_stored = Box::new(move || {
+                                        if let Some((tx, u)) = started {
+                                            let _ = tx.send(u);
+                                        }
+                                    });
+                                    let ahead = Ahead { slots: &slots, created, on_stored };
+                                    engine.launch(id, req, stop, None, Some(ahead)).await
                                 }
                                 Err(e) => Err(e),
                             };
@@ -442,8 +453,7 @@ impl Engine {
                             reason: Some(reason.clone()),
                         };
                         self.queue_step(&mut commits, change, Some(shown)).await?;
-                        outcomes[step].status = "failed".into();
-                        outcomes[step].failure_reason = Some(reason);
+                        tally.settle(&mut outcomes[step], "failed".into(), Some(reason));
                         resolved[step] = true;
                     }
                     Action::Skip { step } => {
@@ -451,8 +461,7 @@ impl Engine {
                         let key = &plan.steps[step].id;
                         let change = StepChange::new(&plan_id, key, "cancelled", Some(why.into()));
                         self.queue_step(&mut commits, change, None).await?;
-                        outcomes[step].status = "cancelled".into();
-                        outcomes[step].failure_reason = Some(why.into());
+                        tally.settle(&mut outcomes[step], "cancelled".into(), Some(why.into()));
                         resolved[step] = true;
                     }
                     Action::Finished { .. } => {}
@@ -481,8 +490,7 @@ impl Engine {
                     self.writer()
                         .set_step(StepChange::new(&plan_id, &key, &status, reason.clone()))
                         .await?;
-                    outcomes[s].status = status.clone();
-                    outcomes[s].failure_reason = reason.clone();
+                    tally.settle(&mut outcomes[s], status.clone(), reason.clone());
                     send(PlanUpdate::Finished { step: key, status, reason });
                     resolved[s] = true;
                 } else if !resolved[s] {
@@ -493,18 +501,13 @@ impl Engine {
             if !actions.is_empty() {
                 continue;
             }
-            let failed = outcomes.iter().filter(|o| o.status == "failed").count();
-            let done = outcomes
-                .iter()
-                .filter(|o| !matches!(o.status.as_str(), "pending" | "running"))
-                .count();
             // Running: agents alive; queued: ready steps and those started ahead of a slot.
             let alive = slots.alive();
             send(PlanUpdate::Counts {
                 running: alive,
                 queued: sched.queued() + sched.running().saturating_sub(alive),
-                done,
-                failed,
+                done: tally.done,
+                failed: tally.failed,
                 total: n,
             });
             if running.is_empty() && commits.is_empty() {
@@ -577,8 +580,7 @@ impl Engine {
                         let status = report.status.to_string();
                         let reason = report.failure.as_ref().map(ToString::to_string);
                         let change = StepChange::new(&plan_id, &key, &status, reason.clone());
-                        o.status = status.clone();
-                        o.failure_reason = reason.clone();
+                        tally.settle(o, status.clone(), reason.clone());
                         let shown = PlanUpdate::Finished { step: key, status, reason };
                         self.queue_step(&mut commits, change, Some(shown)).await?;
                     }

@@ -22,7 +22,7 @@ pub use plans::{
 pub use store::{OrphanCandidate, StatePaths, Store, orphaned_update};
 pub use transcript::{Meta, Transcript};
 pub use worktrees::{IsAlive, IsAliveFn, LockHolder, NewWorktree, WorktreeRow};
-pub use writer::{Pending, Writer, WriterHandle};
+pub use writer::{Created, Pending, Writer, WriterHandle};
 
 /// Store failures. Messages name the file or record involved.
 #[derive(Debug, thiserror::Error)]

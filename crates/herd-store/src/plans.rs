@@ -63,7 +63,8 @@ pub struct NewStep {
     pub cwd: Option<String>,
     pub tools: Option<Vec<String>>,
     pub depends_on: Vec<String>,
-    pub contract: serde_json::Value,
+    /// The seed-003 delegation contract, as JSON text.
+    pub contract: String,
 }
 
 /// A plan run to persist with its steps.
@@ -73,7 +74,8 @@ pub struct NewOrchestration {
     pub session: String,
     pub name: String,
     pub strategy: String,
-    pub plan: serde_json::Value,
+    /// The plan as run, as JSON text.
+    pub plan: String,
     pub source_file: Option<String>,
     pub steps: Vec<NewStep>,
     pub owner_pid: u32,
@@ -94,7 +96,7 @@ pub(crate) fn create_orchestration(tx: &Connection, o: &NewOrchestration) -> Res
             o.name,
             o.strategy,
             steps.len() as i64,
-            o.plan.to_string(),
+            o.plan,
             o.source_file,
             o.owner_pid,
             o.owner_start_time.map(|v| v as i64),
@@ -118,7 +120,7 @@ pub(crate) fn create_orchestration(tx: &Connection, o: &NewOrchestration) -> Res
                 s.cwd,
                 s.tools.as_ref().map(|t| serde_json::to_string(t).unwrap_or_default()),
                 serde_json::to_string(&s.depends_on).unwrap_or_default(),
-                s.contract.to_string(),
+                s.contract,
                 i as i64,
                 now
             ])?;

@@ -115,6 +115,61 @@ async fn a_failing_append_loses_nothing_else_of_its_batch() {
     assert!(store.events_after(&ghost, 0, 10).unwrap().is_empty());
 }
 
+#[tokio::test]
+async fn a_failing_update_is_undone_alone_and_the_rest_is_published_in_order() {
+    let (_dir, paths, store, id) = store_with_one_subagent();
+    let writer = Writer::start(&paths).unwrap();
+    let w = writer.handle();
+    let mut sub = w.subscribe();
+    // All queued before any commit is awaited, so they share a batch: the refused transition
+    // (running back to queued) must not take the appends and the good update with it.
+    let running = Update {
+        status: Some(Status::Running),
+        events: vec![AgentEvent::SubagentStarted { pid: 1, pgid: 1, argv: vec![] }],
+        ..Update::default()
+    };
+    let good = w.queue_update(&id, running).await.unwrap();
+    w.append(&id, vec![text("a")]).await.unwrap();
+    let bad = w.queue_update(&id, Update { status: Some(Status::Queued), ..Update::default() });
+    let bad = bad.await.unwrap();
+    w.append(&id, vec![text("b")]).await.unwrap();
+    assert!(matches!(bad.committed().await, Err(StoreError::Transition { .. })));
+    let started = good.committed().await.unwrap();
+    assert_eq!(started[0].seq, 2, "after created");
+    w.flush().await.unwrap();
+    let mut seen = Vec::new();
+    while let Ok(ev) = sub.try_recv() {
+        seen.push((ev.seq, ev.event.kind().to_owned()));
+    }
+    assert_eq!(
+        seen,
+        [(2, "subagent_started".into()), (3, "text".into()), (4, "text".into())],
+        "published once stored, in order, with the sequence numbers stored"
+    );
+    writer.shutdown().await.unwrap();
+    let stored: Vec<i64> = store.events_after(&id, 0, 10).unwrap().iter().map(|e| e.seq).collect();
+    assert_eq!(stored, [1, 2, 3, 4]);
+    assert_eq!(store.get(&id).unwrap().unwrap().status, Status::Running);
+}
+
+#[tokio::test]
+async fn a_queued_write_waited_for_now_is_stored_and_the_writer_goes_on() {
+    let (_dir, paths, store, id) = store_with_one_subagent();
+    let writer = Writer::start(&paths).unwrap();
+    let w = writer.handle();
+    w.append(&id, vec![text("queued")]).await.unwrap();
+    let running = Update { status: Some(Status::Running), ..Update::default() };
+    // Queued (the writer may wait for company), then needed at once.
+    w.queue_update(&id, running).await.unwrap().now().await.unwrap();
+    assert_eq!(store.get(&id).unwrap().unwrap().status, Status::Running);
+    assert_eq!(store.events_after(&id, 0, 10).unwrap().len(), 2, "created + the queued text");
+    // A write waited for later does not keep a stopped writer's queue open.
+    let late = w.queue_update(&id, Update { pid: Some(9), ..Update::default() }).await.unwrap();
+    writer.shutdown().await.unwrap();
+    assert!(late.now().await.is_ok(), "committed before the writer stopped");
+    assert!(matches!(w.flush().await, Err(StoreError::WriterGone(_))));
+}
+
 #[test]
 fn prefixes_resolve_uniquely() {
     let dir = tempfile::tempdir().unwrap();

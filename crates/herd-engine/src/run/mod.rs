@@ -60,8 +60,38 @@ pub struct Progress {
     pub events: u64,
 }
 
-/// The commit of a run's last write (its end, audit entry, lock release).
-pub(crate) type Ended = herd_store::Pending<Vec<herd_store::StoredEvent>>;
+/// The commit of a run's last write (its end, audit entry, lock release), and of its change to
+/// `running` when that was still queued: a failed start write is reported, never skipped.
+#[derive(Debug)]
+pub(crate) struct Ended {
+    running: Option<herd_store::Pending<Vec<herd_store::StoredEvent>>>,
+    end: herd_store::Pending<Vec<herd_store::StoredEvent>>,
+}
+
+impl Ended {
+    /// Wait until the end is stored (the writer takes writes in order, so the change to
+    /// `running` is decided by then); the first failure of the two is returned.
+    pub(crate) async fn committed(self) -> Result<(), EngineError> {
+        let end = self.end.committed().await;
+        if let Some(running) = self.running {
+            running.committed().await?;
+        }
+        end?;
+        Ok(())
+    }
+}
+
+/// A plan's run, created ahead of its place: it holds a place in `slots` from before its
+/// workspace is prepared (a lock it waits for, a worktree and its setup command) until its end
+/// is queued for the store, so the next run to get the place finds any lock this one held
+/// released.
+pub(crate) struct Ahead<'a> {
+    pub slots: &'a crate::slots::Slots,
+    /// Its creation, queued by [`Engine::persist_run`]: waited for once the run has its place.
+    pub created: herd_store::Created,
+    /// Called once it is stored (the plan shows the step started).
+    pub on_stored: Box<dyn FnOnce() + Send>,
+}
 
 /// How a run ended.
 #[derive(Debug, Clone)]
@@ -94,19 +124,20 @@ impl Engine {
 
     /// Persist subagent `id` (status `pending`) with its contract, before any process exists.
     pub async fn create_run(&self, id: &SubagentId, req: &TaskRequest) -> Result<(), EngineError> {
-        self.persist_run(id, req, None, false).await.map(drop)
+        self.persist_run(id, req, None, false).await?.now().await?;
+        Ok(())
     }
 
     /// [`create_run`](Self::create_run), with a plan step's change to `running` in the same
     /// write and, with `register_ahead` for an unlocked run, its registration as a user of its
-    /// directory (which only an exclusive lock cares about). True if it was registered.
+    /// directory (which only an exclusive lock cares about). Queued, not waited for.
     pub(crate) async fn persist_run(
         &self,
         id: &SubagentId,
         req: &TaskRequest,
         step: Option<herd_store::StepChange>,
         register_ahead: bool,
-    ) -> Result<bool, EngineError> {
+    ) -> Result<herd_store::Created, EngineError> {
         self.check_depth()?;
         req.permissions.validate(&req.spec).map_err(EngineError::InvalidPermissionConfig)?;
         if req.permissions.auto_approve.is_some()
@@ -166,25 +197,21 @@ impl Engine {
         stop: watch::Receiver<StopLevel>,
         progress: Option<watch::Sender<Progress>>,
     ) -> Result<TaskReport, EngineError> {
-        let (report, stored) = self.launch(id, req, stop, progress, None, false).await?;
+        let (report, stored) = self.launch(id, req, stop, progress, None).await?;
         stored.committed().await?;
         Ok(report)
     }
 
     /// [`start_run`](Self::start_run) without waiting for the last write to commit: the caller
-    /// gets the report at once and shows it only once `Ended` has committed. With `slots` (a
-    /// plan's pool), the run holds a place from before its workspace is prepared (a lock it
-    /// waits for, a worktree and its setup command) until its end is queued for the store, so
-    /// the next run to get the place finds any lock this one held released. `registered`: an
-    /// unlocked run already registered in its directory at [`persist_run`](Self::persist_run).
+    /// gets the report at once and shows it only once `Ended` has committed. `ahead`: a plan's
+    /// run, created ahead of its place in the plan's pool (see [`Ahead`]).
     pub(crate) async fn launch(
         &self,
         id: SubagentId,
         req: TaskRequest,
         stop: watch::Receiver<StopLevel>,
         progress: Option<watch::Sender<Progress>>,
-        slots: Option<&crate::slots::Slots>,
-        registered: bool,
+        ahead: Option<Ahead<'_>>,
     ) -> Result<(TaskReport, Ended), EngineError> {
         let backend = req.backend.backend();
         // Children carry their depth, so a herd they start knows where it stands.
@@ -221,12 +248,17 @@ impl Engine {
         };
         let mut run = RunState::new(self, &id, backend, &req, progress, Calls::new(gate))?;
         let started = Instant::now();
-        let _slot = match slots {
-            Some(pool) => match pool.acquire(&stop).await {
-                Some(p) => Some(p),
-                None => return run.finish(Status::Cancelled, None, started, &[]).await,
-            },
-            None => None,
+        let (_slot, registered) = match ahead {
+            Some(ahead) => {
+                let Some(place) = ahead.slots.acquire(&stop).await else {
+                    return run.finish(Status::Cancelled, None, started, &[]).await;
+                };
+                // Not before its row is stored (the writer is told not to wait for company).
+                let registered = ahead.created.now().await?;
+                (ahead.on_stored)();
+                (Some(place), registered)
+            }
+            None => (None, false),
         };
         match self.prepare_workspace(&id, &req, &stop, registered).await {
             Ok(None) => {}

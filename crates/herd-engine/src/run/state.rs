@@ -66,7 +66,7 @@ pub(super) struct RunState<'e> {
     obs: Observed,
     /// When the process started (ms since the epoch), as recorded in its row.
     pub(super) started_at: Option<i64>,
-    /// The queued write of the change to `running`, checked before the run's last write.
+    /// The queued write of the change to `running`, checked with the run's last write.
     pub(super) running: Option<herd_store::Pending<Vec<herd_store::StoredEvent>>>,
     stop_reason: Option<StopReason>,
     /// The terminal event arrived before any stop began.
@@ -453,12 +453,6 @@ impl<'e> RunState<'e> {
     ) -> Result<(TaskReport, Ended), EngineError> {
         let obs = std::mem::take(&mut self.obs);
         self.calls.close().await;
-        // A failed write of the change to running is reported, but after the end is recorded:
-        // the run's row, audit entry and lock release must not be skipped for it.
-        let running_failed = match self.running.take() {
-            Some(running) => running.committed().await.err(),
-            None => None,
-        };
         let mut events = Vec::new();
         let (status, failure, waiting) = match &self.merge_gate {
             Some(spec) => self.engine.merge_gate(spec, status, failure).await?,
@@ -535,9 +529,9 @@ impl<'e> RunState<'e> {
         // One write: the row, its requests closed, the audit entry, its locks released (the
         // process is gone: whatever lock it held is free).
         let ended = self.engine.writer().finish_run(&self.id, update, audit).await?;
-        if let Some(e) = running_failed {
-            return Err(e.into());
-        }
+        // Not waited for: the run's place is free once its end is queued; whoever shows the end
+        // waits for both writes (a short run's start and end often share one commit).
+        let ended = Ended { running: self.running.take(), end: ended };
         self.transcript.flush()?;
         // The summary beside the transcript; a run that printed nothing has neither (its row
         // holds the same), so short command steps cost no files.

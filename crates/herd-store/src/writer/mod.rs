@@ -1,7 +1,6 @@
 //! The single event writer: one thread, one connection, group commit. Events are published to
 //! subscribers only after the transaction holding them has committed (persist, then show).
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -9,19 +8,14 @@ use herd_core::{Decoded, SubagentId};
 use tokio::sync::{broadcast, mpsc, oneshot};
 
 use crate::plans::{NewOrchestration, StepChange};
-use crate::store::{apply_update, insert_event, next_seq, open_conn};
+use crate::store::open_conn;
 use crate::{NewSubagent, Result, StatePaths, StoreError, StoredEvent, Update, now_ms};
 
-const MAX_BATCH: usize = 4096;
-/// A batch smaller than this waits up to [`SMALL_BATCH_YIELDS`] yields for more.
-const SMALL_BATCH: usize = 16;
-const SMALL_BATCH_YIELDS: usize = 3;
+mod batch;
 
-/// A write run on the writer's connection.
-type Job = Box<dyn FnOnce(&rusqlite::Connection) -> Result<()> + Send>;
-
-/// Answers a waiting caller once its batch has committed (with the batch's error, if any).
-type Reply = Box<dyn FnOnce(Option<&str>)>;
+/// A write run on the writer's connection. `Fn`, not `FnOnce`: a batch in which one write
+/// failed is rolled back and run again, each write then in its own savepoint.
+type Job = Box<dyn Fn(&rusqlite::Connection) -> Result<()> + Send>;
 
 enum Cmd {
     Append {
@@ -32,14 +26,33 @@ enum Cmd {
     Update {
         id: SubagentId,
         update: Box<Update>,
-        /// Other writes that belong with this update, run right after it in its savepoint.
+        /// Other writes that belong with this update, run right after it (undone with it).
         with: Option<Job>,
         ack: oneshot::Sender<Result<Vec<StoredEvent>>>,
+        now: bool,
     },
     Flush(oneshot::Sender<Result<()>>),
-    /// Any other write, run in the batch's transaction under a savepoint.
-    Exec(Job, oneshot::Sender<Result<()>>),
+    /// Any other write, run in the batch's transaction.
+    Exec {
+        job: Job,
+        ack: oneshot::Sender<Result<()>>,
+        now: bool,
+    },
+    /// Commit what is queued without waiting for company (somebody waits on a [`Pending`]).
+    Nudge,
     Stop,
+}
+
+impl Cmd {
+    /// Somebody waits for this commit right now (`now`): the batch is committed without
+    /// waiting for company. Queued writes ([`Pending`]) and events may wait a little.
+    fn urgent(&self) -> bool {
+        match self {
+            Cmd::Append { .. } => false,
+            Cmd::Update { now, .. } | Cmd::Exec { now, .. } => *now,
+            Cmd::Flush(_) | Cmd::Nudge | Cmd::Stop => true,
+        }
+    }
 }
 
 /// Owns the writer thread; dropping every handle and this stops it.
@@ -55,11 +68,46 @@ pub struct Writer {
 pub struct Pending<T> {
     rx: oneshot::Receiver<Result<T>>,
     what: &'static str,
+    /// Weak: a write waited for later must not keep a stopped writer's queue open.
+    writer: mpsc::WeakSender<Cmd>,
 }
 
 impl<T> Pending<T> {
+    /// Wait for the commit, whenever the writer makes it (within its commit window).
     pub async fn committed(self) -> Result<T> {
         self.rx.await.map_err(|_| StoreError::WriterGone(self.what.into()))?
+    }
+
+    /// Wait for the commit, asking the writer to make it at once if it has not: for a caller
+    /// that cannot go on without it.
+    pub async fn now(mut self) -> Result<T> {
+        match self.rx.try_recv() {
+            Ok(r) => return r,
+            Err(oneshot::error::TryRecvError::Closed) => {
+                return Err(StoreError::WriterGone(self.what.into()));
+            }
+            Err(oneshot::error::TryRecvError::Empty) => {}
+        }
+        if let Some(writer) = self.writer.upgrade() {
+            let _ = writer.send(Cmd::Nudge).await;
+        }
+        self.committed().await
+    }
+}
+
+/// A run's creation, queued ([`WriterHandle::create_run`]).
+#[derive(Debug)]
+pub struct Created {
+    pending: Pending<()>,
+    registered: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Created {
+    /// Wait until the run is stored (at once, see [`Pending::now`]); true if it was registered
+    /// as an unlocked user of its directory.
+    pub async fn now(self) -> Result<bool> {
+        self.pending.now().await?;
+        Ok(self.registered.load(std::sync::atomic::Ordering::Relaxed))
     }
 }
 
@@ -85,7 +133,7 @@ impl Writer {
         let publisher = events.clone();
         let thread = std::thread::Builder::new()
             .name("herd-store-writer".into())
-            .spawn(move || run(conn, rx, publisher))
+            .spawn(move || batch::run(conn, rx, publisher))
             .map_err(|source| StoreError::Io { path: "writer thread".into(), source })?;
         Ok(Self { handle: WriterHandle { tx, events }, thread: Some(thread) })
     }
@@ -126,7 +174,7 @@ impl WriterHandle {
 
     /// Apply an update (checked status transition, fields, events) after all queued events.
     pub async fn update(&self, id: &SubagentId, update: Update) -> Result<Vec<StoredEvent>> {
-        self.queue_update(id, update).await?.committed().await
+        self.send_update(id, update, None, true).await?.committed().await
     }
 
     /// Queue an update without waiting for its commit.
@@ -135,41 +183,42 @@ impl WriterHandle {
         id: &SubagentId,
         update: Update,
     ) -> Result<Pending<Vec<StoredEvent>>> {
-        self.queue_update_with(id, update, None).await
+        self.send_update(id, update, None, false).await
     }
 
-    /// Queue an update, and `with` (writes that belong with it, in the same savepoint), without
-    /// waiting for the commit.
-    async fn queue_update_with(
+    /// Send an update, and `with` (writes that belong with it, in the same savepoint); `now`:
+    /// the caller waits for the commit at once.
+    async fn send_update(
         &self,
         id: &SubagentId,
         update: Update,
         with: Option<Job>,
+        now: bool,
     ) -> Result<Pending<Vec<StoredEvent>>> {
         let (ack, rx) = oneshot::channel();
         self.tx
-            .send(Cmd::Update { id: id.clone(), update: Box::new(update), with, ack })
+            .send(Cmd::Update { id: id.clone(), update: Box::new(update), with, ack, now })
             .await
             .map_err(|_| StoreError::WriterGone("update".into()))?;
-        Ok(Pending { rx, what: "update" })
+        Ok(Pending { rx, what: "update", writer: self.tx.downgrade() })
     }
 
     /// Run `f` on the writer's connection, in order with everything else; waits for the commit.
     async fn exec(
         &self,
-        f: impl FnOnce(&rusqlite::Connection) -> Result<()> + Send + 'static,
+        f: impl Fn(&rusqlite::Connection) -> Result<()> + Send + 'static,
     ) -> Result<()> {
-        self.queue(Box::new(f)).await?.committed().await
+        self.send_job(Box::new(f), true).await?.committed().await
     }
 
-    /// Queue `job` without waiting for its commit.
-    async fn queue(&self, job: Job) -> Result<Pending<()>> {
+    /// Send `job`; `now`: the caller waits for the commit at once.
+    async fn send_job(&self, job: Job, now: bool) -> Result<Pending<()>> {
         let (ack, rx) = oneshot::channel();
         self.tx
-            .send(Cmd::Exec(job, ack))
+            .send(Cmd::Exec { job, ack, now })
             .await
             .map_err(|_| StoreError::WriterGone("exec".into()))?;
-        Ok(Pending { rx, what: "exec" })
+        Ok(Pending { rx, what: "exec", writer: self.tx.downgrade() })
     }
 
     /// [`Store::acquire_lock`](crate::Store::acquire_lock) on the writer's connection, so
@@ -198,6 +247,8 @@ impl WriterHandle {
     /// `subagent_spawn` audit entry, for a plan step the step's change to `running`, and, when
     /// asked, its registration as an unlocked user of directory `unlocked_in` (true if made;
     /// refused only by a live exclusive holder, and then the run registers later as usual).
+    /// Queued: it commits with the writes around it, as a run is created ahead of its agent;
+    /// [`Created::now`] waits for it.
     pub async fn create_run(
         &self,
         n: NewSubagent,
@@ -205,30 +256,32 @@ impl WriterHandle {
         audit: crate::NewAudit,
         step: Option<StepChange>,
         unlocked_in: Option<(String, crate::IsAliveFn)>,
-    ) -> Result<bool> {
+    ) -> Result<Created> {
         let slot = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let out = Arc::clone(&slot);
-        self.exec(move |c| {
-            crate::store::create_subagent(c, &n)?;
-            // The column defaults to off.
-            if auto_approve {
-                crate::audit::set_auto_approve(c, n.id.as_str(), true)?;
-            }
-            crate::audit::insert_audit(c, &audit)?;
-            if let Some(s) = step {
-                crate::plans::set_step(c, &s)?;
-            }
-            if let Some((path, alive)) = unlocked_in {
-                let owner = (n.owner_pid, n.owner_start_time);
-                let hold = herd_core::workspace::Hold::None;
-                let got =
-                    crate::worktrees::acquire_lock(c, &path, n.id.as_str(), hold, owner, &alive)?;
-                out.store(got.is_ok(), std::sync::atomic::Ordering::Relaxed);
-            }
-            Ok(())
-        })
-        .await?;
-        Ok(slot.load(std::sync::atomic::Ordering::Relaxed))
+        let pending = self.send_job(
+            Box::new(move |c| {
+                crate::store::create_subagent(c, &n)?;
+                // The column defaults to off.
+                if auto_approve {
+                    crate::audit::set_auto_approve(c, n.id.as_str(), true)?;
+                }
+                crate::audit::insert_audit(c, &audit)?;
+                if let Some(s) = &step {
+                    crate::plans::set_step(c, s)?;
+                }
+                if let Some((path, alive)) = &unlocked_in {
+                    let owner = (n.owner_pid, n.owner_start_time);
+                    let hold = herd_core::workspace::Hold::None;
+                    let got =
+                        crate::worktrees::acquire_lock(c, path, n.id.as_str(), hold, owner, alive)?;
+                    out.store(got.is_ok(), std::sync::atomic::Ordering::Relaxed);
+                }
+                Ok(())
+            }),
+            false,
+        );
+        Ok(Created { pending: pending.await?, registered: slot })
     }
 
     /// The end of a run in one savepoint: its final update, its requests still waiting for a
@@ -246,7 +299,7 @@ impl WriterHandle {
             crate::audit::insert_audit(c, &audit)?;
             crate::worktrees::release_locks(c, &holder).map(drop)
         });
-        self.queue_update_with(id, update, Some(with)).await
+        self.send_update(id, update, Some(with), false).await
     }
 
     /// Persist a plan run and its steps.
@@ -261,7 +314,7 @@ impl WriterHandle {
 
     /// Queue a plan step's change without waiting for its commit.
     pub async fn queue_set_step(&self, change: StepChange) -> Result<Pending<()>> {
-        self.queue(Box::new(move |c| crate::plans::set_step(c, &change))).await
+        self.send_job(Box::new(move |c| crate::plans::set_step(c, &change)), false).await
     }
 
     /// Set a plan's status and roll-ups.
@@ -326,168 +379,5 @@ impl WriterHandle {
     /// Events as they are committed.
     pub fn subscribe(&self) -> broadcast::Receiver<Arc<StoredEvent>> {
         self.events.subscribe()
-    }
-}
-
-/// Store `events` of `id` in order; serialized here, since the producer (decoding) is the
-/// busier side.
-fn append_events(
-    tx: &rusqlite::Connection,
-    seqs: &mut HashMap<SubagentId, i64>,
-    id: &SubagentId,
-    ts: i64,
-    events: Vec<Decoded>,
-    published: &mut Vec<StoredEvent>,
-) -> Result<()> {
-    for d in events {
-        let seq = next_seq(tx, seqs, id)?;
-        insert_event(tx, id, seq, ts, &d)?;
-        published.push(StoredEvent {
-            subagent_id: id.clone(),
-            seq,
-            ts,
-            parent_tool_use_id: d.parent_tool_use_id,
-            event: d.event,
-        });
-    }
-    Ok(())
-}
-
-/// A statement without parameters (transaction control, savepoints), prepared once per
-/// connection: each batch runs several.
-fn fixed(tx: &rusqlite::Connection, sql: &str) -> Result<()> {
-    tx.prepare_cached(sql)?.execute([])?;
-    Ok(())
-}
-
-fn run(
-    conn: rusqlite::Connection,
-    mut rx: mpsc::Receiver<Cmd>,
-    publisher: broadcast::Sender<Arc<StoredEvent>>,
-) {
-    let mut seqs: HashMap<SubagentId, i64> = HashMap::new();
-    let mut pending_error: Option<String> = None;
-    let mut batch = Vec::with_capacity(64);
-    let mut stop = false;
-    while let Some(first) = rx.blocking_recv() {
-        batch.push(first);
-        // Group commit: a small batch gives the CPU away a few times first, so writers that are
-        // about to send (other runs) join this commit instead of paying for one of their own.
-        // With nothing else runnable a yield returns at once.
-        for round in 0..=SMALL_BATCH_YIELDS {
-            while batch.len() < MAX_BATCH {
-                match rx.try_recv() {
-                    Ok(c) => batch.push(c),
-                    Err(_) => break,
-                }
-            }
-            if round == SMALL_BATCH_YIELDS || batch.len() >= SMALL_BATCH {
-                break;
-            }
-            std::thread::yield_now();
-        }
-        let mut published: Vec<StoredEvent> = Vec::new();
-        let mut replies: Vec<Reply> = Vec::new();
-        let outcome = (|| -> Result<()> {
-            let tx = &conn;
-            fixed(tx, "BEGIN IMMEDIATE")?;
-            for cmd in batch.drain(..) {
-                match cmd {
-                    Cmd::Append { id, ts, events } => {
-                        // In its own savepoint: events that cannot be stored (an unknown
-                        // subagent) must not take the rest of the batch down with them.
-                        fixed(tx, "SAVEPOINT app")?;
-                        let before = published.len();
-                        match append_events(tx, &mut seqs, &id, ts, events, &mut published) {
-                            Ok(()) => fixed(tx, "RELEASE app")?,
-                            Err(e) => {
-                                fixed(tx, "ROLLBACK TO app")?;
-                                fixed(tx, "RELEASE app")?;
-                                published.truncate(before);
-                                seqs.remove(&id);
-                                let msg = format!("events of {id} not stored: {e}");
-                                pending_error.get_or_insert(msg);
-                            }
-                        }
-                    }
-                    Cmd::Update { id, update, with, ack } => {
-                        fixed(tx, "SAVEPOINT upd")?;
-                        let applied = apply_update(tx, &mut seqs, &id, &update, now_ms())
-                            .and_then(|evs| with.map_or(Ok(()), |f| f(tx)).map(|()| evs));
-                        match applied {
-                            Ok(evs) => {
-                                fixed(tx, "RELEASE upd")?;
-                                published.extend(evs.iter().cloned());
-                                replies.push(Box::new(move |err| {
-                                    let _ = ack.send(match err {
-                                        None => Ok(evs),
-                                        Some(e) => Err(StoreError::WriterGone(e.into())),
-                                    });
-                                }));
-                            }
-                            Err(e) => {
-                                fixed(tx, "ROLLBACK TO upd")?;
-                                fixed(tx, "RELEASE upd")?;
-                                // The sequence cache may have advanced; re-read it next time.
-                                seqs.remove(&id);
-                                let _ = ack.send(Err(e));
-                            }
-                        }
-                    }
-                    Cmd::Stop => stop = true,
-                    Cmd::Exec(f, ack) => {
-                        fixed(tx, "SAVEPOINT ex")?;
-                        match f(tx) {
-                            Ok(()) => {
-                                fixed(tx, "RELEASE ex")?;
-                                replies.push(Box::new(move |err| {
-                                    let _ = ack.send(match err {
-                                        None => Ok(()),
-                                        Some(e) => Err(StoreError::WriterGone(e.into())),
-                                    });
-                                }));
-                            }
-                            Err(e) => {
-                                fixed(tx, "ROLLBACK TO ex")?;
-                                fixed(tx, "RELEASE ex")?;
-                                seqs.clear();
-                                let _ = ack.send(Err(e));
-                            }
-                        }
-                    }
-                    Cmd::Flush(ack) => {
-                        let pending = pending_error.take();
-                        replies.push(Box::new(move |err| {
-                            let msg = err.map(str::to_owned).or(pending);
-                            let _ = ack.send(match msg {
-                                None => Ok(()),
-                                Some(e) => Err(StoreError::WriterGone(e)),
-                            });
-                        }));
-                    }
-                }
-            }
-            fixed(tx, "COMMIT")?;
-            Ok(())
-        })();
-        if outcome.is_err() && !conn.is_autocommit() {
-            let _ = conn.execute_batch("ROLLBACK");
-        }
-        let err = outcome.err().map(|e| e.to_string());
-        if err.is_some() {
-            // Nothing of this batch is stored: sequence numbers must be re-read.
-            seqs.clear();
-            published.clear();
-            pending_error = err.clone();
-        }
-        for ev in published {
-            let _ = publisher.send(Arc::new(ev));
-        }
-        for reply in replies {
-            reply(err.as_deref());
-        }
-        if stop {
-            break;
-        }
     }
 }
