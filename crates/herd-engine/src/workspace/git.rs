@@ -113,6 +113,24 @@ impl Git {
         }
     }
 
+    /// `git worktree <args>`, one at a time per repository. git reads every entry of
+    /// `.git/worktrees` while it adds one, and fails on an entry another `git worktree add` is
+    /// still writing ("failed to read .git/worktrees/x/commondir"): a plan's parallel steps did
+    /// that. The turn is a file lock in the repository's git directory, so separate herd
+    /// processes take turns too; if that file cannot be made, git runs unlocked as before.
+    pub fn worktree(&self, args: &[&str]) -> Result<String, GitError> {
+        let common = self.run(&["rev-parse", "--git-common-dir"])?;
+        let lock = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(self.dir.join(common.trim_end()).join("herd-worktree.lock"));
+        // Held until dropped, after git has finished.
+        let _turn = lock.ok().filter(|f| f.lock().is_ok());
+        let full: Vec<&str> = std::iter::once("worktree").chain(args.iter().copied()).collect();
+        self.run(&full)
+    }
+
     /// Run a yes/no query: exit 0 is yes, exit 1 is no, anything else an error.
     pub fn test(&self, args: &[&str]) -> Result<bool, GitError> {
         let out = self.output(args)?;

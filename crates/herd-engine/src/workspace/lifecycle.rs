@@ -121,9 +121,9 @@ impl Engine {
             })?;
             let p = path.to_string_lossy().into_owned();
             let added = if git.branch_exists(&branch)? {
-                git.run(&["worktree", "add", &p, &branch])
+                git.worktree(&["add", &p, &branch])
             } else {
-                git.run(&["worktree", "add", "-b", &branch, &p, &base])
+                git.worktree(&["add", "-b", &branch, &p, &base])
             };
             added.map_err(|e| {
                 WorkspaceError::Invalid(format!(
@@ -174,7 +174,7 @@ impl Engine {
     ) -> Result<Option<String>, EngineError> {
         let (repo, path) = (plan.repo.clone(), plan.integration_path.clone());
         let removed =
-            blocking(move || Git::new(&repo).run(&["worktree", "remove", &path.to_string_lossy()]))
+            blocking(move || Git::new(&repo).worktree(&["remove", &path.to_string_lossy()]))
                 .await?;
         match removed {
             Ok(_) => {

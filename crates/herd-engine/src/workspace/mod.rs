@@ -122,7 +122,7 @@ pub fn create_worktree(spec: &IsolatedSpec) -> Result<Vec<String>, WorkspaceErro
         std::fs::create_dir_all(parent).map_err(io(parent))?;
     }
     let path = spec.path.to_string_lossy();
-    Git::new(&spec.repo).run(&["worktree", "add", "-b", &spec.branch, &path, &spec.base])?;
+    Git::new(&spec.repo).worktree(&["add", "-b", &spec.branch, &path, &spec.base])?;
     copy_includes(&spec.repo, &spec.path)
 }
 

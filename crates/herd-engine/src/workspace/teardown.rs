@@ -108,9 +108,9 @@ pub fn check(store: &Store, row: &WorktreeRow, prune: bool) -> Result<Verdict, W
 pub fn remove(store: &Store, row: &WorktreeRow, delete_branch: bool) -> Result<(), WorkspaceError> {
     let repo = Git::new(&row.repo);
     if Path::new(&row.path).exists() {
-        repo.run(&["worktree", "remove", &row.path])?;
+        repo.worktree(&["remove", &row.path])?;
     } else {
-        repo.run(&["worktree", "prune"])?;
+        repo.worktree(&["prune"])?;
     }
     if delete_branch
         && let Some(into) = row.integration_branch.as_deref()
