@@ -187,7 +187,9 @@ async fn show(mut rx: mpsc::UnboundedReceiver<PlanUpdate>, live: bool) {
     let mut counts = String::new();
     let mut drawn = 0usize;
     let mut tick = tokio::time::interval(Duration::from_millis(200));
-    let mut err = std::io::stderr();
+    // Written out once the updates queued so far are handled, not line by line: a plan of short
+    // steps sends thousands, and each write wakes whoever reads a piped stderr.
+    let mut err = std::io::BufWriter::new(std::io::stderr());
     loop {
         let update = tokio::select! {
             u = rx.recv() => match u { Some(u) => Some(u), None => break },
@@ -218,6 +220,9 @@ async fn show(mut rx: mpsc::UnboundedReceiver<PlanUpdate>, live: bool) {
             }
             None => {}
         }
+        if !rx.is_empty() {
+            continue;
+        }
         if live {
             let mut block = String::new();
             for (s, t) in &running {
@@ -228,10 +233,12 @@ async fn show(mut rx: mpsc::UnboundedReceiver<PlanUpdate>, live: bool) {
             let _ = write!(err, "{up}\x1b[J{block}");
             drawn = running.len() + 1;
         }
+        let _ = err.flush();
     }
     if live && drawn > 0 {
         let _ = write!(err, "\x1b[{drawn}A\x1b[J");
     }
+    let _ = err.flush();
 }
 
 fn print(r: &PlanReport, json_out: bool) -> anyhow::Result<()> {
