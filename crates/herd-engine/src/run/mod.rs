@@ -247,11 +247,10 @@ impl Engine {
             None => req.timeout,
         };
         let mut run = RunState::new(self, &id, backend, &req, progress, Calls::new(gate))?;
-        let started = Instant::now();
         let (_slot, registered) = match ahead {
             Some(ahead) => {
                 let Some(place) = ahead.slots.acquire(&stop).await else {
-                    return run.finish(Status::Cancelled, None, started, &[]).await;
+                    return run.finish(Status::Cancelled, None, Instant::now(), &[]).await;
                 };
                 // Not before its row is stored (the writer is told not to wait for company).
                 let registered = ahead.created.now().await?;
@@ -260,6 +259,8 @@ impl Engine {
             }
             None => (None, false),
         };
+        // A run's duration starts with its place: time queued for one is not its own.
+        let started = Instant::now();
         match self.prepare_workspace(&id, &req, &stop, registered).await {
             Ok(None) => {}
             Ok(Some((status, failure))) => return run.finish(status, failure, started, &[]).await,
