@@ -19,7 +19,7 @@ const SMALL_BATCH_YIELDS: usize = 3;
 /// A batch nobody waits for right now is committed this long after its first write at the
 /// latest, or sooner when it grows to [`FULL_BATCH`] or an urgent write joins it. Every commit
 /// writes each page it touched to the WAL again: fewer, larger commits cost far less.
-const WINDOW: Duration = Duration::from_millis(2);
+const WINDOW: Duration = Duration::from_millis(4);
 /// How often a waiting batch looks for new writes (the most an urgent one waits for that).
 const SLICE: Duration = Duration::from_micros(400);
 const FULL_BATCH: usize = 256;
