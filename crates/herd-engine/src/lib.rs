@@ -174,9 +174,12 @@ impl Engine {
         // dropping that run's last handle closes it).
         let slots =
             std::mem::take(&mut self.keepers.lock().unwrap_or_else(|p| p.into_inner()).slots);
+        // All at once: each waits for its guard to kill what is left and exit.
+        let mut stopping = tokio::task::JoinSet::new();
         for k in slots.into_iter().flatten().filter_map(|k| Arc::try_unwrap(k).ok()) {
-            k.stop().await;
+            stopping.spawn(k.stop());
         }
+        while stopping.join_next().await.is_some() {}
         Ok(flushed?)
     }
 }

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use herd_core::status::ALL_STATUSES;
 use herd_core::{AgentEvent, Decoded, FailureReason, Status, SubagentId, Usage};
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
@@ -379,7 +380,30 @@ pub(crate) fn next_seq(
     Ok(max + 1)
 }
 
-/// Apply `u` to `id` inside the caller's transaction, checking the status transition first.
+/// Why an update of `id` changed no row: it does not exist, or its status may not become `to`.
+fn refused(conn: &Connection, id: &SubagentId, to: Option<Status>) -> StoreError {
+    let current: Option<String> = match conn
+        .one("SELECT status FROM subagents WHERE id = ?1", [id.as_str()], |r| r.get(0))
+        .optional()
+    {
+        Ok(c) => c,
+        Err(e) => return e.into(),
+    };
+    let Some(current) = current else { return StoreError::NotFound(id.to_string()) };
+    let from: Status = match current.parse() {
+        Ok(s) => s,
+        Err(e) => return StoreError::Corrupt(format!("{e}")),
+    };
+    match to.map(|to| from.check_transition(to)) {
+        Some(Err(source)) => StoreError::Transition { id: id.to_string(), source },
+        // The row changed between the update and this read (another process).
+        _ => StoreError::Corrupt(format!("{id}: update matched no row (status {from})")),
+    }
+}
+
+/// Apply `u` to `id` inside the caller's transaction. The status transition is checked by the
+/// UPDATE itself (it only matches a row whose status may become the new one), so a change is
+/// one statement; only when it matched nothing is the row read, to say why.
 pub(crate) fn apply_update(
     conn: &Connection,
     seqs: &mut HashMap<SubagentId, i64>,
@@ -387,15 +411,6 @@ pub(crate) fn apply_update(
     u: &Update,
     ts: i64,
 ) -> Result<Vec<StoredEvent>> {
-    let current: String = conn
-        .one("SELECT status FROM subagents WHERE id = ?1", [id.as_str()], |r| r.get(0))
-        .optional()?
-        .ok_or_else(|| StoreError::NotFound(id.to_string()))?;
-    if let Some(to) = u.status {
-        let from: Status = current.parse().map_err(|e| StoreError::Corrupt(format!("{e}")))?;
-        from.check_transition(to)
-            .map_err(|source| StoreError::Transition { id: id.to_string(), source })?;
-    }
     let mut sets: Vec<&str> = Vec::new();
     let mut vals: Vec<rusqlite::types::Value> = Vec::new();
     let mut set = |col: &'static str, v: rusqlite::types::Value| {
@@ -459,13 +474,37 @@ pub(crate) fn apply_update(
     if let Some(v) = u.cost_usd {
         set("cost_usd", V::Real(v));
     }
-    if !sets.is_empty() {
+    if sets.is_empty() {
+        // Events only: the row must exist.
+        let found = conn
+            .one("SELECT 1 FROM subagents WHERE id = ?1", [id.as_str()], |r| r.get::<_, i64>(0))
+            .optional()?;
+        if found.is_none() {
+            return Err(StoreError::NotFound(id.to_string()));
+        }
+    } else {
         let assignments: Vec<String> =
             sets.iter().enumerate().map(|(i, c)| format!("{c} = ?{}", i + 2)).collect();
-        let sql = format!("UPDATE subagents SET {} WHERE id = ?1", assignments.join(", "));
+        // The statuses the new one may be reached from (fixed names, not input).
+        let from = u.status.map(|to| {
+            let names: Vec<String> = ALL_STATUSES
+                .into_iter()
+                .filter(|s| s.check_transition(to).is_ok())
+                .map(|s| format!("status = '{}'", s.as_str()))
+                .collect();
+            // Comparisons, not `IN (…)`: SQLite builds a table for a longer IN list each time.
+            format!(" AND ({})", names.join(" OR "))
+        });
+        let sql = format!(
+            "UPDATE subagents SET {} WHERE id = ?1{}",
+            assignments.join(", "),
+            from.unwrap_or_default()
+        );
         let mut all = vec![V::Text(id.to_string())];
         all.extend(vals);
-        conn.exec(&sql, rusqlite::params_from_iter(all))?;
+        if conn.exec(&sql, rusqlite::params_from_iter(all))? == 0 {
+            return Err(refused(conn, id, u.status));
+        }
     }
     let mut stored = Vec::with_capacity(u.events.len());
     for ev in &u.events {

@@ -58,6 +58,16 @@ async fn events_are_ordered_persisted_then_published_and_transitions_checked() {
 
     let illegal = w.update(&id, Update { status: Some(Status::Queued), ..Update::default() }).await;
     assert!(matches!(illegal, Err(StoreError::Transition { .. })), "{illegal:?}");
+    // The transition is checked by the UPDATE itself; what it matched nothing for is told apart.
+    let ghost = SubagentId::generate();
+    for u in [
+        Update { status: Some(Status::Running), ..Update::default() },
+        Update { pid: Some(1), ..Update::default() },
+        Update { events: vec![AgentEvent::SubagentCompleted], ..Update::default() },
+    ] {
+        let missing = w.update(&ghost, u).await;
+        assert!(matches!(missing, Err(StoreError::NotFound(_))), "{missing:?}");
+    }
 
     let evs = w
         .update(
