@@ -290,7 +290,7 @@ impl Engine {
             owner_start_time: me_start,
         })
         .await?;
-        w.finish_orchestration(&plan_id, "running", 0.0, Usage::default()).await?;
+        w.finish_orchestration(&plan_id, "running", herd_store::PlanTotals::default()).await?;
 
         let mut running: JoinSet<Done> = JoinSet::new();
         let outcome = self
@@ -602,7 +602,13 @@ impl Engine {
         } else {
             "failed"
         };
-        self.writer().finish_orchestration(&plan_id, status, cost, usage).await?;
+        let totals = herd_store::PlanTotals {
+            cost_usd: cost,
+            usage,
+            completed_steps: outcomes.iter().filter(|o| o.status == "completed").count(),
+            failed_steps: outcomes.iter().filter(|o| o.status == "failed").count(),
+        };
+        self.writer().finish_orchestration(&plan_id, status, totals).await?;
         Ok(PlanReport {
             id: plan_id,
             status: status.into(),

@@ -17,7 +17,8 @@ pub use audit::{
 };
 pub use model::{NewSubagent, StoredEvent, SubagentRow, Update};
 pub use plans::{
-    ActivePlan, NewOrchestration, NewStep, OrchestrationRow, PlanEvent, StepChange, StepRow,
+    ActivePlan, NewOrchestration, NewStep, OrchestrationRow, PlanEvent, PlanTotals, StepChange,
+    StepRow,
 };
 pub use store::{OrphanCandidate, StatePaths, Store, orphaned_update};
 pub use transcript::{Meta, Transcript};

@@ -189,25 +189,43 @@ pub(crate) fn set_step(tx: &Connection, c: &StepChange) -> Result<()> {
     Ok(())
 }
 
-/// Set the plan's status and roll-ups.
+/// A plan's roll-ups, as its run counted them.
+#[derive(Debug, Clone, Default)]
+pub struct PlanTotals {
+    pub cost_usd: f64,
+    pub usage: herd_core::Usage,
+    pub completed_steps: usize,
+    pub failed_steps: usize,
+}
+
+/// Set the plan's status and roll-ups (the step counts come from the run: counting them here
+/// read every step row, thousands at the end of a large plan).
 pub(crate) fn finish_orchestration(
     tx: &Connection,
     orch: &str,
     status: &str,
-    cost_usd: f64,
-    input_tokens: u64,
-    output_tokens: u64,
+    t: &PlanTotals,
 ) -> Result<()> {
     let now = now_ms();
     let terminal = matches!(status, "completed" | "failed" | "cancelled");
     tx.exec(
-            "UPDATE orchestrations SET status = ?2, cost_usd = ?3, input_tokens = ?4, output_tokens = ?5,
-                completed_steps = (SELECT COUNT(*) FROM orchestration_steps WHERE orchestration_id = ?1 AND status = 'completed'),
-                failed_steps = (SELECT COUNT(*) FROM orchestration_steps WHERE orchestration_id = ?1 AND status = 'failed'),
-                completed_at = CASE WHEN ?6 THEN ?7 ELSE completed_at END
+        "UPDATE orchestrations SET status = ?2, cost_usd = ?3, input_tokens = ?4, output_tokens = ?5,
+                completed_steps = ?6, failed_steps = ?7,
+                completed_at = CASE WHEN ?8 THEN ?9 ELSE completed_at END
              WHERE id = ?1",
-            params![orch, status, cost_usd, input_tokens as i64, output_tokens as i64, terminal, now],
-        )?;
+        params![
+            orch,
+            status,
+            t.cost_usd,
+            t.usage.input_tokens as i64,
+            t.usage.output_tokens as i64,
+            t.completed_steps as i64,
+            t.failed_steps as i64,
+            terminal,
+            now
+        ],
+    )?;
+    let cost_usd = t.cost_usd;
     let payload = serde_json::json!({"status": status, "cost_usd": cost_usd});
     append_plan_event(tx, orch, now, &format!("plan_{status}"), None, &payload)?;
     Ok(())

@@ -241,27 +241,71 @@ async fn show(mut rx: mpsc::UnboundedReceiver<PlanUpdate>, live: bool) {
     let _ = err.flush();
 }
 
-fn print(r: &PlanReport, json_out: bool) -> anyhow::Result<()> {
-    let mut out = std::io::stdout().lock();
-    if json_out {
-        let steps: Vec<_> = r
-            .steps
-            .iter()
-            .map(|s| {
-                json!({
-                    "id": s.id, "status": s.status, "failure_reason": s.failure_reason,
-                    "subagent_id": s.subagent_id, "attempts": s.attempts,
-                    "cost_usd": s.cost_usd, "duration_ms": s.duration_ms,
-                    "usage": {"input_tokens": s.usage.input_tokens, "output_tokens": s.usage.output_tokens},
+/// `herd run --json`: keys in alphabetical order, as scripts have seen them so far.
+#[derive(serde::Serialize)]
+struct JsonReport<'a> {
+    cost_usd: f64,
+    id: &'a str,
+    integration_branch: Option<&'a str>,
+    status: &'a str,
+    steps: Vec<JsonStep<'a>>,
+    usage: JsonUsage,
+}
+
+#[derive(serde::Serialize)]
+struct JsonStep<'a> {
+    attempts: u32,
+    cost_usd: Option<f64>,
+    duration_ms: Option<u64>,
+    failure_reason: Option<&'a str>,
+    id: &'a str,
+    status: &'a str,
+    subagent_id: Option<&'a str>,
+    usage: JsonUsage,
+}
+
+#[derive(serde::Serialize)]
+struct JsonUsage {
+    input_tokens: u64,
+    output_tokens: u64,
+}
+
+impl<'a> JsonReport<'a> {
+    fn of(r: &'a PlanReport) -> Self {
+        let usage = |u: &herd_core::Usage| JsonUsage {
+            input_tokens: u.input_tokens,
+            output_tokens: u.output_tokens,
+        };
+        Self {
+            cost_usd: r.cost_usd,
+            id: &r.id,
+            integration_branch: r.integration_branch.as_deref(),
+            status: &r.status,
+            steps: r
+                .steps
+                .iter()
+                .map(|s| JsonStep {
+                    attempts: s.attempts,
+                    cost_usd: s.cost_usd,
+                    duration_ms: s.duration_ms,
+                    failure_reason: s.failure_reason.as_deref(),
+                    id: &s.id,
+                    status: &s.status,
+                    subagent_id: s.subagent_id.as_deref(),
+                    usage: usage(&s.usage),
                 })
-            })
-            .collect();
-        let v = json!({
-            "id": r.id, "status": r.status, "steps": steps, "cost_usd": r.cost_usd,
-            "integration_branch": r.integration_branch,
-            "usage": {"input_tokens": r.usage.input_tokens, "output_tokens": r.usage.output_tokens},
-        });
-        writeln!(out, "{v}")?;
+                .collect(),
+            usage: usage(&r.usage),
+        }
+    }
+}
+
+fn print(r: &PlanReport, json_out: bool) -> anyhow::Result<()> {
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    if json_out {
+        serde_json::to_writer(&mut out, &JsonReport::of(r))?;
+        writeln!(out)?;
+        out.flush()?;
         return Ok(());
     }
     writeln!(
@@ -294,5 +338,6 @@ fn print(r: &PlanReport, json_out: bool) -> anyhow::Result<()> {
         fmt::count(r.usage.input_tokens + r.usage.output_tokens),
         fmt::cost(Some(r.cost_usd))
     )?;
+    out.flush()?;
     Ok(())
 }

@@ -322,21 +322,10 @@ impl WriterHandle {
         &self,
         orch: &str,
         status: &str,
-        cost_usd: f64,
-        usage: herd_core::Usage,
+        totals: crate::PlanTotals,
     ) -> Result<()> {
         let (orch, status) = (orch.to_owned(), status.to_owned());
-        self.exec(move |c| {
-            crate::plans::finish_orchestration(
-                c,
-                &orch,
-                &status,
-                cost_usd,
-                usage.input_tokens,
-                usage.output_tokens,
-            )
-        })
-        .await
+        self.exec(move |c| crate::plans::finish_orchestration(c, &orch, &status, &totals)).await
     }
 
     /// Append an audit entry (in order with the run's events).
