@@ -20,9 +20,7 @@ const SMALL_BATCH_YIELDS: usize = 3;
 /// latest, or sooner when it grows to [`FULL_BATCH`] or an urgent write joins it. Every commit
 /// writes each page it touched to the WAL again: fewer, larger commits cost far less.
 const WINDOW: Duration = Duration::from_millis(4);
-/// How often a waiting batch looks for new writes (the most an urgent one waits for that).
-const SLICE: Duration = Duration::from_micros(400);
-const FULL_BATCH: usize = 256;
+pub(super) const FULL_BATCH: usize = 256;
 
 /// What one command of a batch did, kept until the batch's commit decides whether it counts.
 enum Done {
@@ -100,7 +98,9 @@ fn gather(rx: &mut mpsc::Receiver<Cmd>, batch: &mut Vec<Cmd>) {
         if left.is_zero() || batch.len() >= FULL_BATCH {
             return;
         }
-        std::thread::sleep(left.min(SLICE));
+        // Woken early by an urgent write (its sender unparks this thread); writes nobody
+        // waits for just queue up meanwhile, without a wake-up each.
+        std::thread::park_timeout(left);
     }
 }
 

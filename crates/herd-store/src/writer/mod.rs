@@ -70,6 +70,7 @@ pub struct Pending<T> {
     what: &'static str,
     /// Weak: a write waited for later must not keep a stopped writer's queue open.
     writer: mpsc::WeakSender<Cmd>,
+    thread: std::thread::Thread,
 }
 
 impl<T> Pending<T> {
@@ -88,8 +89,10 @@ impl<T> Pending<T> {
             }
             Err(oneshot::error::TryRecvError::Empty) => {}
         }
-        if let Some(writer) = self.writer.upgrade() {
-            let _ = writer.send(Cmd::Nudge).await;
+        if let Some(writer) = self.writer.upgrade()
+            && writer.send(Cmd::Nudge).await.is_ok()
+        {
+            self.thread.unpark();
         }
         self.committed().await
     }
@@ -116,6 +119,8 @@ impl Created {
 pub struct WriterHandle {
     tx: mpsc::Sender<Cmd>,
     events: broadcast::Sender<Arc<StoredEvent>>,
+    /// The writer's thread, woken when an urgent write arrives while it waits for company.
+    thread: std::thread::Thread,
 }
 
 impl std::fmt::Debug for Cmd {
@@ -135,7 +140,8 @@ impl Writer {
             .name("herd-store-writer".into())
             .spawn(move || batch::run(conn, rx, publisher))
             .map_err(|source| StoreError::Io { path: "writer thread".into(), source })?;
-        Ok(Self { handle: WriterHandle { tx, events }, thread: Some(thread) })
+        let handle = WriterHandle { tx, events, thread: thread.thread().clone() };
+        Ok(Self { handle, thread: Some(thread) })
     }
 
     pub fn handle(&self) -> WriterHandle {
@@ -145,7 +151,7 @@ impl Writer {
     /// Flush everything and stop the thread (other handles then get `WriterGone`).
     pub async fn shutdown(mut self) -> Result<()> {
         let res = self.handle.flush().await;
-        let _ = self.handle.tx.send(Cmd::Stop).await;
+        let _ = self.handle.send(Cmd::Stop).await;
         if let Some(t) = self.thread.take() {
             let _ = tokio::task::spawn_blocking(move || t.join()).await;
         }
@@ -154,21 +160,45 @@ impl Writer {
 }
 
 impl WriterHandle {
+    /// Send `cmd`; an urgent one, or a full batch's worth queued, wakes the writer if it waits
+    /// for company.
+    async fn send(&self, cmd: Cmd) -> std::result::Result<(), ()> {
+        let urgent = cmd.urgent();
+        self.tx.send(cmd).await.map_err(drop)?;
+        self.wake_if(urgent);
+        Ok(())
+    }
+
+    fn send_blocking(&self, cmd: Cmd) -> std::result::Result<(), ()> {
+        let urgent = cmd.urgent();
+        self.tx.blocking_send(cmd).map_err(drop)?;
+        self.wake_if(urgent);
+        Ok(())
+    }
+
+    fn wake_if(&self, urgent: bool) {
+        if urgent || self.tx.capacity() + batch::FULL_BATCH <= self.tx.max_capacity() {
+            self.thread.unpark();
+        }
+    }
+
+    fn pending<T>(&self, rx: oneshot::Receiver<Result<T>>, what: &'static str) -> Pending<T> {
+        Pending { rx, what, writer: self.tx.downgrade(), thread: self.thread.clone() }
+    }
+
     /// Queue events for a subagent; they are stored in order, then published.
     pub async fn append(&self, id: &SubagentId, events: Vec<Decoded>) -> Result<()> {
         if events.is_empty() {
             return Ok(());
         }
-        self.tx
-            .send(Cmd::Append { id: id.clone(), ts: now_ms(), events })
+        self.send(Cmd::Append { id: id.clone(), ts: now_ms(), events })
             .await
             .map_err(|_| StoreError::WriterGone("append".into()))
     }
 
     /// Like [`append`](Self::append), from a thread that is not running async code.
     pub fn append_blocking(&self, id: &SubagentId, events: Vec<Decoded>) -> Result<()> {
-        self.tx
-            .blocking_send(Cmd::Append { id: id.clone(), ts: now_ms(), events })
+        self.send_blocking(Cmd::Append { id: id.clone(), ts: now_ms(), events })
             .map_err(|_| StoreError::WriterGone("append".into()))
     }
 
@@ -196,11 +226,10 @@ impl WriterHandle {
         now: bool,
     ) -> Result<Pending<Vec<StoredEvent>>> {
         let (ack, rx) = oneshot::channel();
-        self.tx
-            .send(Cmd::Update { id: id.clone(), update: Box::new(update), with, ack, now })
+        self.send(Cmd::Update { id: id.clone(), update: Box::new(update), with, ack, now })
             .await
             .map_err(|_| StoreError::WriterGone("update".into()))?;
-        Ok(Pending { rx, what: "update", writer: self.tx.downgrade() })
+        Ok(self.pending(rx, "update"))
     }
 
     /// Run `f` on the writer's connection, in order with everything else; waits for the commit.
@@ -214,11 +243,10 @@ impl WriterHandle {
     /// Send `job`; `now`: the caller waits for the commit at once.
     async fn send_job(&self, job: Job, now: bool) -> Result<Pending<()>> {
         let (ack, rx) = oneshot::channel();
-        self.tx
-            .send(Cmd::Exec { job, ack, now })
+        self.send(Cmd::Exec { job, ack, now })
             .await
             .map_err(|_| StoreError::WriterGone("exec".into()))?;
-        Ok(Pending { rx, what: "exec", writer: self.tx.downgrade() })
+        Ok(self.pending(rx, "exec"))
     }
 
     /// [`Store::acquire_lock`](crate::Store::acquire_lock) on the writer's connection, so
@@ -352,16 +380,14 @@ impl WriterHandle {
     /// Wait until everything queued so far is committed; reports a failed append since the last flush.
     pub async fn flush(&self) -> Result<()> {
         let (ack, rx) = oneshot::channel();
-        self.tx.send(Cmd::Flush(ack)).await.map_err(|_| StoreError::WriterGone("flush".into()))?;
+        self.send(Cmd::Flush(ack)).await.map_err(|_| StoreError::WriterGone("flush".into()))?;
         rx.await.map_err(|_| StoreError::WriterGone("flush".into()))?
     }
 
     /// Blocking flush, for benchmarks and threads outside the runtime.
     pub fn flush_blocking(&self) -> Result<()> {
         let (ack, rx) = oneshot::channel();
-        self.tx
-            .blocking_send(Cmd::Flush(ack))
-            .map_err(|_| StoreError::WriterGone("flush".into()))?;
+        self.send_blocking(Cmd::Flush(ack)).map_err(|_| StoreError::WriterGone("flush".into()))?;
         rx.blocking_recv().map_err(|_| StoreError::WriterGone("flush".into()))?
     }
 
