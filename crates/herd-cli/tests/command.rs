@@ -132,8 +132,8 @@ fn leftovers_of_a_finished_run_are_killed_and_reported() {
 
 #[test]
 fn a_leftover_lives_while_its_own_run_does_whatever_other_runs_end() {
-    // One guard serves every run of a herd: a process `a` left behind (re-parented to the guard
-    // while `a` still runs) must survive `b`'s end, and die with `a`.
+    // A guard serves several runs: a process `a` left behind (re-parented to the guard while `a`
+    // still runs) must survive `b`'s end on the same guard, and die with `a`.
     let w = World::new();
     let plan = r#"
 name: leftovers
@@ -144,7 +144,7 @@ steps:
     command: [sh, -c, "(setsid sleep 304.6 & echo $! > orphan.pid); sleep 2.5; kill -0 $(cat orphan.pid) && echo alive"]
   - {id: b, command: [sleep, "0.3"]}
 "#;
-    let (code, v) = w.run_plan("leftovers.yml", plan);
+    let (code, v) = w.run_plan_on_one_guard("leftovers.yml", plan);
     assert_eq!(code, 0, "{v}");
     let a = v["steps"].as_array().unwrap().iter().find(|s| s["id"] == "a").unwrap();
     let id = a["subagent_id"].as_str().unwrap();
@@ -160,7 +160,7 @@ steps:
 #[test]
 fn a_leftover_without_its_marker_is_known_by_its_process_group() {
     // `env -i` wipes HERD_SUBAGENT_ID; the leftover still sits in its agent's process group and
-    // must go when that agent ends, while another run is still going.
+    // must go when that agent ends, while another run is still going on the same guard.
     let w = World::new();
     let plan = r#"
 name: unmarked
@@ -170,7 +170,7 @@ steps:
   - {id: a, command: [sh, -c, "(env -i /bin/sleep 307.2 & echo $! > unmarked.pid); sleep 0.7; echo left"]}
   - {id: b, command: [sh, -c, "sleep 2; kill -0 $(cat unmarked.pid) 2>/dev/null && echo alive || echo gone"]}
 "#;
-    let (code, v) = w.run_plan("unmarked.yml", plan);
+    let (code, v) = w.run_plan_on_one_guard("unmarked.yml", plan);
     assert_eq!(code, 0, "{v}");
     let b = v["steps"].as_array().unwrap().iter().find(|s| s["id"] == "b").unwrap();
     assert_eq!(w.result_of(b["subagent_id"].as_str().unwrap()), "gone", "{v}");

@@ -192,10 +192,14 @@ struct Keepers {
 }
 
 impl Keepers {
-    /// As many places as cores, two to four: starting agents is exec-bound, not CPU-bound in
-    /// the guard, so two overlap even on one core; more than four buy nothing measurable.
+    /// `HERD_GUARDS` places (1–8), else as many as cores, two to four: starting agents is
+    /// exec-bound, not CPU-bound in the guard, so two overlap even on one core; more than four
+    /// buy nothing measurable.
     fn new() -> Self {
-        let n = std::thread::available_parallelism().map_or(2, |n| n.get()).clamp(2, 4);
+        let n = match env_u32("HERD_GUARDS") {
+            Some(n) => (n as usize).clamp(1, 8),
+            None => std::thread::available_parallelism().map_or(2, |n| n.get()).clamp(2, 4),
+        };
         Self { slots: vec![None; n], next: 0 }
     }
 }

@@ -53,7 +53,17 @@ impl World {
 
     /// Run and parse stdout as one JSON value.
     pub fn json(&self, args: &[&str]) -> (i32, Value) {
-        let out = self.run(args);
+        Self::parsed(self.run(args))
+    }
+
+    /// `herd run --json` of `yaml` with every run on one guard (`HERD_GUARDS=1`), for what
+    /// runs sharing a guard must not do to each other.
+    pub fn run_plan_on_one_guard(&self, file: &str, yaml: &str) -> (i32, Value) {
+        std::fs::write(self.work.join(file), yaml).unwrap();
+        Self::parsed(self.herd(&["run", file, "--json"]).env("HERD_GUARDS", "1").output().unwrap())
+    }
+
+    fn parsed(out: Output) -> (i32, Value) {
         let v = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
             panic!(
                 "stdout is not JSON ({e}): {}\nstderr: {}",
