@@ -22,6 +22,14 @@ macro_rules! world_or_skip {
     }};
 }
 
+/// `herd run --json` of `plan`, written beside the state directory (outside the repository, so
+/// the plan file never makes the checkout dirty).
+fn run_beside(w: &World, file: &str, plan: &str) -> (i32, Value) {
+    let plan_file = w.state.parent().unwrap().join(file);
+    std::fs::write(&plan_file, plan).unwrap();
+    w.json(&["run", plan_file.to_str().unwrap(), "--json"])
+}
+
 /// A scenario whose one Bash call runs `cmd`, then (after `delay`) says done.
 fn bash_then_done(scenario: &str, cmd: &str, delay: Duration) {
     MockServer::shared().script(
@@ -59,9 +67,7 @@ fn isolated_steps_merge_in_plan_order_and_the_checkout_is_untouched() {
         \x20 - {id: b, prompt: \"SCENARIO=ws3_b write b\"}\n\
         \x20 - {id: c, prompt: \"SCENARIO=ws3_c write c\", setup: \"echo set-up > $HERD_WORKTREE/setup.txt && test \\\"$HERD_BRANCH\\\" = \\\"$(git branch --show-current)\\\" && test \\\"$HERD_REPO\\\" = \\\"REPO\\\"\"}\n";
     let plan = plan.replace("REPO", &w.work.canonicalize().unwrap().display().to_string());
-    let plan_file = w.state.parent().unwrap().join("iso3.yml");
-    std::fs::write(&plan_file, plan).unwrap();
-    let (code, v) = w.json(&["run", plan_file.to_str().unwrap(), "--json"]);
+    let (code, v) = run_beside(&w, "iso3.yml", &plan);
     assert_eq!(code, 0, "{v}");
     let run = v["id"].as_str().unwrap();
     let integ = format!("herd/{run}/integration");
@@ -140,9 +146,7 @@ fn a_conflict_fails_the_later_step_keeps_its_branch_and_prune_only_takes_merged_
         \x20 - {id: a, prompt: \"SCENARIO=wsc_a edit\"}\n\
         \x20 - {id: b, prompt: \"SCENARIO=wsc_b edit\"}\n\
         \x20 - {id: c, prompt: \"SCENARIO=wsc_c add\"}\n";
-    let plan_file = w.state.parent().unwrap().join("conflict.yml");
-    std::fs::write(&plan_file, plan).unwrap();
-    let (code, v) = w.json(&["run", plan_file.to_str().unwrap(), "--json"]);
+    let (code, v) = run_beside(&w, "conflict.yml", plan);
     assert_eq!(code, 1, "{v}");
     let run = v["id"].as_str().unwrap();
     let integ = format!("herd/{run}/integration");
@@ -349,9 +353,7 @@ fn locked_plan_steps_take_turns_and_a_failing_setup_fails_its_step_with_the_outp
         \x20 - {id: a, prompt: \"SCENARIO=lkp_a go\", lock: exclusive, wait: true}\n\
         \x20 - {id: b, prompt: \"SCENARIO=lkp_b go\", workspace: locked, wait: true}\n\
         \x20 - {id: s, prompt: \"SCENARIO=lkp_never go\", workspace: isolated, setup: \"echo setup-said-no; exit 3\"}\n";
-    let plan_file = w.state.parent().unwrap().join("locked.yml");
-    std::fs::write(&plan_file, plan).unwrap();
-    let (code, v) = w.json(&["run", plan_file.to_str().unwrap(), "--json"]);
+    let (code, v) = run_beside(&w, "locked.yml", plan);
     assert_eq!(code, 1, "{v}");
     assert_eq!(step(&v, "a")["status"], "completed", "{v}");
     assert_eq!(step(&v, "b")["status"], "completed", "{v}");
@@ -473,9 +475,7 @@ fn without_auto_commit_uncommitted_work_is_not_reported_merged_and_stays() {
     bash_then_done("nocommit", "echo N > n.txt", Duration::ZERO);
     let plan = "defaults: {cli: claude, timeout: 60s, workspace: isolated, allow: [Bash]}\nsteps:\n\
         \x20 - {id: n, prompt: \"SCENARIO=nocommit go\", auto_commit: false}\n";
-    let plan_file = w.state.parent().unwrap().join("nocommit.yml");
-    std::fs::write(&plan_file, plan).unwrap();
-    let (code, v) = w.json(&["run", plan_file.to_str().unwrap(), "--json"]);
+    let (code, v) = run_beside(&w, "nocommit.yml", plan);
     assert_eq!(code, 0, "{v}");
     let integ = v["integration_branch"].as_str().unwrap();
     let sub = step(&v, "n")["subagent_id"].as_str().unwrap();
