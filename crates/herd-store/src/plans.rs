@@ -225,8 +225,7 @@ pub(crate) fn finish_orchestration(
             now
         ],
     )?;
-    let cost_usd = t.cost_usd;
-    let payload = serde_json::json!({"status": status, "cost_usd": cost_usd});
+    let payload = serde_json::json!({"status": status, "cost_usd": t.cost_usd});
     append_plan_event(tx, orch, now, &format!("plan_{status}"), None, &payload)?;
     Ok(())
 }
