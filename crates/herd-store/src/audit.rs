@@ -4,7 +4,7 @@
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 
-use crate::sql::Cached;
+use crate::sql::{ACTIVE, Cached};
 use crate::{Result, Store, StoreError, now_ms};
 
 /// How long audit rows are kept by `herd gc` (seed 000: 90 days).
@@ -304,10 +304,12 @@ impl Store {
     /// Turn a running subagent's auto-approve off; false if it is not active.
     pub fn revoke_auto_approve(&mut self, id: &str, reason: &str) -> Result<bool> {
         let n = self.conn.exec(
-            "UPDATE subagents SET auto_approve_permissions = 0,
-                 auto_approve_revoked_at = COALESCE(auto_approve_revoked_at, ?2),
-                 auto_approve_revoke_reason = COALESCE(auto_approve_revoke_reason, ?3)
-             WHERE id = ?1 AND status IN ('pending','queued','running','waiting_for_merge')",
+            &format!(
+                "UPDATE subagents SET auto_approve_permissions = 0,
+                     auto_approve_revoked_at = COALESCE(auto_approve_revoked_at, ?2),
+                     auto_approve_revoke_reason = COALESCE(auto_approve_revoke_reason, ?3)
+                 WHERE id = ?1 AND {ACTIVE}"
+            ),
             params![id, now_ms(), reason],
         )?;
         Ok(n > 0)

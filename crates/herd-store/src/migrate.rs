@@ -1,7 +1,7 @@
 //! Versioned schema migrations, tracked in SQLite's `user_version`.
 //! Append new steps to `MIGRATIONS`; never edit a released one.
 
-use rusqlite::Connection;
+use rusqlite::{Connection, OptionalExtension};
 
 use crate::{Result, StoreError};
 
@@ -203,7 +203,13 @@ ALTER TABLE subagents ADD COLUMN auto_approve_revoke_reason TEXT;
     r#"
 CREATE UNIQUE INDEX idx_orch_step_key ON orchestration_steps(orchestration_id, step_key);
 "#,
+    // 6: CHECKs and the active-runs index as comparisons, not `IN (…)` lists (tables rebuilt).
+    include_str!("migrations/006_check_comparisons.sql"),
 ];
+
+/// Migrations (numbered from 1) that rebuild tables. They run with foreign keys off: dropping a
+/// table others refer to would fail otherwise. They are checked before their commit instead.
+const REBUILDS: &[usize] = &[6];
 
 /// The schema version this build writes.
 pub(crate) const LATEST: i64 = MIGRATIONS.len() as i64;
@@ -215,15 +221,227 @@ pub(crate) fn migrate(conn: &mut Connection, path: &str) -> Result<()> {
         return Err(StoreError::TooNew { path: path.into(), found: version, known: LATEST });
     }
     for (i, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
-        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-        // Another process may have migrated while we waited for the write lock: re-check.
-        let now: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
-        if now > i as i64 {
-            continue;
+        let rebuild = REBUILDS.contains(&(i + 1));
+        // Outside a transaction, or SQLite ignores it.
+        if rebuild {
+            conn.pragma_update(None, "foreign_keys", false)?;
         }
-        tx.execute_batch(sql)?;
-        tx.pragma_update(None, "user_version", (i + 1) as i64)?;
-        tx.commit()?;
+        let out = step(conn, i, sql, rebuild);
+        if rebuild {
+            conn.pragma_update(None, "foreign_keys", true)?;
+        }
+        out?;
     }
     Ok(())
+}
+
+/// Migration `i` (from 0) in one immediate transaction, unless another process did it first.
+fn step(conn: &mut Connection, i: usize, sql: &str, rebuild: bool) -> Result<()> {
+    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    // Another process may have migrated while we waited for the write lock: re-check.
+    let now: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    if now > i as i64 {
+        return Ok(());
+    }
+    tx.execute_batch(sql)?;
+    if rebuild {
+        // Rows referring to nothing now referred to nothing before: report, never commit it.
+        let broken: Option<String> =
+            tx.query_row("PRAGMA foreign_key_check", [], |r| r.get(0)).optional()?;
+        if let Some(table) = broken {
+            return Err(StoreError::Corrupt(format!(
+                "schema migration {}: table {table} has rows referring to missing rows \
+                 (PRAGMA foreign_key_check); nothing was changed",
+                i + 1
+            )));
+        }
+    }
+    tx.pragma_update(None, "user_version", (i + 1) as i64)?;
+    tx.commit()?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use rusqlite::types::Value;
+
+    use super::*;
+
+    /// A database brought to `version` by the migrations, as a release of that version left it.
+    fn at(version: usize) -> Connection {
+        let conn = Connection::open_in_memory().unwrap();
+        for sql in &MIGRATIONS[..version] {
+            conn.execute_batch(sql).unwrap();
+        }
+        conn.pragma_update(None, "user_version", version as i64).unwrap();
+        conn
+    }
+
+    const REBUILT: [&str; 7] = [
+        "subagents",
+        "orchestrations",
+        "orchestration_steps",
+        "worktrees",
+        "worktree_locks",
+        "audit_log",
+        "permission_requests",
+    ];
+
+    /// Column names, rows (every value) and index names of `table`.
+    fn dump(conn: &Connection, table: &str) -> (Vec<String>, Vec<Vec<Value>>, Vec<String>) {
+        let cols: Vec<String> = conn
+            .prepare(&format!("SELECT name FROM pragma_table_info('{table}') ORDER BY cid"))
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        let mut stmt = conn.prepare(&format!("SELECT * FROM {table} ORDER BY 1, 2")).unwrap();
+        let rows = stmt
+            .query_map([], |r| (0..cols.len()).map(|i| r.get::<_, Value>(i)).collect())
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        let indexes: Vec<String> = conn
+            .prepare(&format!(
+                "SELECT name FROM sqlite_schema WHERE type = 'index' AND tbl_name = '{table}'
+                 AND name NOT LIKE 'sqlite_autoindex%' ORDER BY name"
+            ))
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        (cols, rows, indexes)
+    }
+
+    fn fill(conn: &Connection) {
+        conn.execute_batch(
+            "INSERT INTO sessions VALUES ('s', 'cli', '/w', 1, 10);
+             INSERT INTO subagents (id, parent_session_id, name, cli, status, prompt,
+                 working_directory, spec, created_at, cost_usd, auto_approve_revoked_at,
+                 auto_approve_revoke_reason)
+               VALUES ('a', 's', 'one', 'claude', 'running', 'p', '/w', '{}', 11, 0.5, 12, 'why'),
+                      ('b', 's', 'two', 'codex', 'failed', 'q', '/w', '{}', 13, NULL, NULL, NULL);
+             INSERT INTO events (subagent_id, seq, ts, kind, payload) VALUES ('a', 1, 11, 'k', '{}');
+             INSERT INTO orchestrations (id, parent_session_id, name, strategy, status,
+                 total_steps, plan, created_at) VALUES ('o', 's', 'plan', 'dag', 'running', 2, '{}', 14);
+             INSERT INTO orchestration_steps (id, orchestration_id, step_key, subagent_id, name,
+                 prompt, status, contract, sequence, created_at)
+               VALUES ('o:x', 'o', 'x', 'a', 'x', 'p', 'blocked', '{}', 0, 15),
+                      ('o:y', 'o', 'y', NULL, 'y', 'p', 'pending', '{}', 1, 15);
+             INSERT INTO worktrees (id, kind, run_id, step_key, repo, root, path, branch, base,
+                 status, created_at) VALUES ('w', 'step', 'o', 'x', '/r', '/t', '/t/x', 'b', 'main',
+                 'conflict', 16);
+             INSERT INTO worktree_locks VALUES ('/w', 'a', 'exclusive', 1, 2, 17);
+             INSERT INTO audit_log (ts, event_type, severity, subagent_id, decision, details)
+               VALUES (18, 'permission', 'warn', 'a', 'observed', '{}'),
+                      (19, 'spawn', 'info', 'b', NULL, NULL);
+             INSERT INTO permission_requests (id, subagent_id, cli_request_id, tool,
+                 input_preview, input_sha256, created_at, expires_at, status)
+               VALUES ('r', 'a', 'c', 'Bash', 'ls', 'h', 20, 21, 'expired');",
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn upgrading_to_6_keeps_every_row_column_and_index() {
+        let mut conn = at(5);
+        fill(&conn);
+        let before: Vec<_> = REBUILT.iter().map(|t| dump(&conn, t)).collect();
+        let events_before = dump(&conn, "events");
+        migrate(&mut conn, "test.db").unwrap();
+        let after: Vec<_> = REBUILT.iter().map(|t| dump(&conn, t)).collect();
+        for ((t, b), a) in REBUILT.iter().zip(&before).zip(&after) {
+            assert!(!b.1.is_empty(), "{t}: the test must fill it");
+            assert_eq!(b, a, "{t}");
+        }
+        assert_eq!(dump(&conn, "events"), events_before);
+        let left: i64 = conn
+            .query_row("SELECT count(*) FROM sqlite_schema WHERE name LIKE '%_v6'", [], |r| {
+                r.get(0)
+            })
+            .unwrap();
+        assert_eq!(left, 0);
+        let check: String = conn.query_row("PRAGMA integrity_check", [], |r| r.get(0)).unwrap();
+        assert_eq!(check, "ok");
+        // Foreign keys are on again, and still point at the rebuilt tables.
+        let orphan = "INSERT INTO events (subagent_id, seq, ts, kind, payload)
+                      VALUES ('nobody', 1, 1, 'k', '{}')";
+        let err = conn.execute(orphan, []).unwrap_err().to_string();
+        assert!(err.contains("FOREIGN KEY"), "{err}");
+    }
+
+    #[test]
+    fn checks_still_refuse_what_they_refused() {
+        let conn = at(LATEST as usize);
+        fill(&conn);
+        for bad in [
+            "UPDATE subagents SET status = 'done' WHERE id = 'a'",
+            "UPDATE orchestrations SET strategy = 'random'",
+            "UPDATE orchestrations SET status = 'blocked'",
+            "UPDATE orchestration_steps SET status = 'queued'",
+            "UPDATE worktrees SET kind = 'other'",
+            "UPDATE worktrees SET status = 'pending'",
+            "UPDATE worktree_locks SET lock_mode = 'read'",
+            "UPDATE audit_log SET severity = 'debug'",
+            "UPDATE audit_log SET decision = 'maybe'",
+            "UPDATE permission_requests SET status = 'running'",
+        ] {
+            let err = conn.execute(bad, []).unwrap_err().to_string();
+            assert!(err.contains("CHECK constraint failed"), "{bad}: {err}");
+        }
+        conn.execute("UPDATE audit_log SET decision = NULL", []).unwrap();
+    }
+
+    /// Statements of the kind the writer runs for every run and step.
+    const HOT: [&str; 7] = [
+        "INSERT INTO subagents (id, parent_session_id, name, cli, status, prompt, working_directory,
+             spec, created_at) VALUES (?1, 's', 'n', 'c', 'pending', 'p', '/w', '{}', 1)",
+        "UPDATE subagents SET status = ?2, pid = 1 WHERE id = ?1",
+        "INSERT INTO audit_log (ts, event_type, severity, subagent_id, decision, details)
+             VALUES (1, 'spawn', 'info', ?1, 'allow', '{}')",
+        "UPDATE orchestration_steps SET status = ?2 WHERE id = ?1",
+        "INSERT INTO worktree_locks VALUES ('/w', ?1, 'none', 1, 2, 3)",
+        "UPDATE worktrees SET status = ?2 WHERE id = ?1",
+        "UPDATE permission_requests SET status = ?2 WHERE id = ?1",
+    ];
+
+    fn temporary_tables(conn: &Connection, sql: &str) -> usize {
+        let mut stmt = conn.prepare(&format!("EXPLAIN {sql}")).unwrap();
+        // Parameters left unbound (NULL): the program is what counts, not a run of it.
+        let mut rows = stmt.raw_query();
+        let mut n = 0;
+        while let Some(r) = rows.next().unwrap() {
+            n += usize::from(r.get::<_, String>(1).unwrap() == "OpenEphemeral");
+        }
+        n
+    }
+
+    #[test]
+    fn hot_writes_build_no_temporary_tables() {
+        let old = at(5);
+        let new = at(LATEST as usize);
+        for sql in HOT {
+            // The old schema's IN lists did (this is what the test would catch coming back).
+            assert!(temporary_tables(&old, sql) > 0, "{sql}");
+            assert_eq!(temporary_tables(&new, sql), 0, "{sql}");
+        }
+    }
+
+    #[test]
+    fn active_run_queries_use_the_partial_index() {
+        let conn = at(LATEST as usize);
+        let plan: Vec<String> = conn
+            .prepare(&format!(
+                "EXPLAIN QUERY PLAN SELECT id FROM subagents WHERE {}",
+                crate::sql::ACTIVE
+            ))
+            .unwrap()
+            .query_map([], |r| r.get(3))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        assert!(plan.iter().any(|p| p.contains("idx_subagents_active")), "{plan:?}");
+    }
 }

@@ -9,7 +9,7 @@ use herd_core::status::ALL_STATUSES;
 use herd_core::{AgentEvent, Decoded, FailureReason, Status, SubagentId, Usage};
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
-use crate::sql::Cached;
+use crate::sql::{ACTIVE, Cached};
 use crate::{NewSubagent, Result, StoreError, StoredEvent, SubagentRow, Update, migrate, now_ms};
 
 /// The files of one state dir (`.herd/` by default).
@@ -155,11 +155,7 @@ impl Store {
 
     /// Subagents, newest first: only active ones unless `all`.
     pub fn list(&self, all: bool, limit: usize) -> Result<Vec<SubagentRow>> {
-        let filter = if all {
-            ""
-        } else {
-            " WHERE status IN ('pending','queued','running','waiting_for_merge')"
-        };
+        let filter = if all { String::new() } else { format!(" WHERE {ACTIVE}") };
         let mut stmt =
             self.conn.prepare(&format!("{SELECT_ROW}{filter} ORDER BY id DESC LIMIT ?1"))?;
         let rows = stmt.query_map([limit as i64], row)?.collect::<rusqlite::Result<_>>()?;
@@ -197,8 +193,10 @@ impl Store {
     /// Ask the owner of a run to stop it; returns false if it had already ended.
     pub fn request_cancel(&self, id: &SubagentId) -> Result<bool> {
         let n = self.conn.exec(
-            "UPDATE subagents SET cancel_requested_at = COALESCE(cancel_requested_at, ?2)
-             WHERE id = ?1 AND status IN ('pending','queued','running','waiting_for_merge')",
+            &format!(
+                "UPDATE subagents SET cancel_requested_at = COALESCE(cancel_requested_at, ?2)
+                 WHERE id = ?1 AND {ACTIVE}"
+            ),
             params![id.as_str(), now_ms()],
         )?;
         Ok(n > 0)
@@ -216,10 +214,10 @@ impl Store {
 
     /// Active runs with their owner's and process's identity, for the orphan check.
     pub fn active_runs(&self) -> Result<Vec<OrphanCandidate>> {
-        let mut stmt = self.conn.prepare(
+        let mut stmt = self.conn.prepare(&format!(
             "SELECT id, owner_pid, owner_start_time, pid, pgid, process_start_time FROM subagents
-             WHERE status IN ('pending','queued','running','waiting_for_merge')",
-        )?;
+             WHERE {ACTIVE}"
+        ))?;
         let rows = stmt
             .query_map([], |r| {
                 let id: String = r.get(0)?;
