@@ -55,6 +55,8 @@ struct Guard {
     /// Descriptors received and not yet given to an agent, in arrival order.
     fds: VecDeque<OwnedFd>,
     buf: Vec<u8>,
+    /// What one read of the control socket lands in (allocated once, not per read).
+    data: Vec<u8>,
     resweep: Option<(Instant, u32)>,
 }
 
@@ -94,6 +96,7 @@ pub fn guard_main(_args: &[OsString]) -> ExitCode {
         ended: VecDeque::new(),
         fds: VecDeque::new(),
         buf: Vec::new(),
+        data: vec![0u8; 64 * 1024],
         resweep: None,
     };
     if let Err(e) = g.serve(&sfd) {
@@ -156,12 +159,12 @@ impl Guard {
 
     /// Read what the control socket has; false at end of stream.
     fn read_ctl(&mut self) -> Result<bool, String> {
-        let mut data = vec![0u8; 64 * 1024];
         let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
         let mut anc = RecvAncillaryBuffer::new(&mut space);
         // CMSG_CLOEXEC: a descriptor meant for one agent must never leak into another.
         let flags = RecvFlags::CMSG_CLOEXEC | RecvFlags::DONTWAIT;
-        let got = match recvmsg(&self.ctl, &mut [IoSliceMut::new(&mut data)], &mut anc, flags) {
+        let got = match recvmsg(&self.ctl, &mut [IoSliceMut::new(&mut self.data)], &mut anc, flags)
+        {
             Ok(m) => m,
             Err(rustix::io::Errno::INTR | rustix::io::Errno::AGAIN) => return Ok(true),
             Err(e) => return Err(format!("reading the control socket: {e}")),
@@ -177,7 +180,7 @@ impl Guard {
         if got.bytes == 0 {
             return Ok(false);
         }
-        self.buf.extend_from_slice(&data[..got.bytes]);
+        self.buf.extend_from_slice(&self.data[..got.bytes]);
         Ok(true)
     }
 
