@@ -232,9 +232,14 @@ impl Child {
         let perr = |e: std::io::Error| SpawnError::Agent(format!("cannot create pipes: {e}"));
         let pair = || pipe_with(PipeFlags::CLOEXEC).map_err(|e| perr(e.into()));
         let ((in_r, in_w), (out_r, out_w), (err_r, err_w)) = (pair()?, pair()?, pair()?);
-        let stdout = pipe::Receiver::from_owned_fd(out_r).map_err(perr)?;
-        let stderr = pipe::Receiver::from_owned_fd(err_r).map_err(perr)?;
-        let stdin = pipe::Sender::from_owned_fd(in_w).map_err(perr)?;
+        // Herd's ends only (the agent's stay blocking), each with one call: tokio's checked
+        // conversion spends three (stat, get and set flags) per end, on every run.
+        let ours = |fd: OwnedFd| {
+            rustix::io::ioctl_fionbio(&fd, true).map(|()| fd).map_err(|e| perr(e.into()))
+        };
+        let stdout = pipe::Receiver::from_owned_fd_unchecked(ours(out_r)?).map_err(perr)?;
+        let stderr = pipe::Receiver::from_owned_fd_unchecked(ours(err_r)?).map_err(perr)?;
+        let stdin = pipe::Sender::from_owned_fd_unchecked(ours(in_w)?).map_err(perr)?;
         let mut req = SpawnRequest {
             marker: marker.as_bytes().to_vec(),
             program: inv.program.as_os_str().as_bytes().to_vec(),
