@@ -33,7 +33,10 @@ pub fn run(paths: StatePaths, a: RunArgs) -> anyhow::Result<u8> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    rt.block_on(run_async(paths, plan, a, file, overlays, permissions))
+    // On a worker, not on this thread: the plan loop and its runs wake each other on every
+    // step, and a wake-up within the pool's threads is cheaper than one across to this one.
+    let run = rt.spawn(run_async(paths, plan, a, file, overlays, permissions));
+    rt.block_on(run).context("the plan's task failed")?
 }
 
 /// Parse and validate plan text (`file` names it in errors), with its steps' agent definitions
