@@ -75,6 +75,7 @@ async fn events_are_ordered_persisted_then_published_and_transitions_checked() {
             Update {
                 status: Some(Status::Failed),
                 failure: Some(FailureReason::Timeout),
+                closed_at: Some(1),
                 events: vec![AgentEvent::SubagentFailed { reason: "timeout".into() }],
                 ..Update::default()
             },
@@ -82,10 +83,12 @@ async fn events_are_ordered_persisted_then_published_and_transitions_checked() {
         .await
         .unwrap();
     assert_eq!(evs[0].seq, 102, "created(1) + 100 texts, then the failure");
+    // The writer forgets a closed run's number; a late event still gets the next one.
+    w.append(&id, vec![text("late")]).await.unwrap();
     writer.shutdown().await.unwrap();
 
     let events = store.events_after(&id, 0, 1000).unwrap();
-    assert_eq!(events.len(), 102);
+    assert_eq!(events.len(), 103);
     assert!(events.windows(2).all(|w| w[1].seq == w[0].seq + 1));
     assert_eq!(events[0].event.kind(), "subagent_created");
     assert_eq!(events[1].parent_tool_use_id.as_deref(), Some("toolu_1"));

@@ -135,7 +135,14 @@ fn apply(
             Cmd::Append { id, ts, events } => append(tx, seqs, id, *ts, events).map(Done::Appended),
             Cmd::Update { id, update, with, .. } => apply_update(tx, seqs, id, update, now_ms())
                 .and_then(|evs| with.as_ref().map_or(Ok(()), |f| f(tx)).map(|()| evs))
-                .map(Done::Updated),
+                .map(|evs| {
+                    // A closed run writes no more events: a long-lived writer (a daemon's)
+                    // keeps no number per run it ever saw. A late one reads MAX(seq) again.
+                    if update.closed_at.is_some() {
+                        seqs.remove(id);
+                    }
+                    Done::Updated(evs)
+                }),
             Cmd::Exec { job, .. } => job(tx).map(|()| Done::Ran),
             Cmd::Flush(_) | Cmd::Nudge | Cmd::Stop => Ok(Done::Nothing),
         };
