@@ -222,12 +222,13 @@ pub(crate) fn migrate(conn: &mut Connection, path: &str) -> Result<()> {
     }
     for (i, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
         let rebuild = REBUILDS.contains(&(i + 1));
-        // Outside a transaction, or SQLite ignores it.
-        if rebuild {
+        // Set outside the transaction (SQLite ignores it inside), and put back as it was.
+        let enforced: bool = conn.query_row("PRAGMA foreign_keys", [], |r| r.get(0))?;
+        if rebuild && enforced {
             conn.pragma_update(None, "foreign_keys", false)?;
         }
         let out = step(conn, i, sql, rebuild);
-        if rebuild {
+        if rebuild && enforced {
             conn.pragma_update(None, "foreign_keys", true)?;
         }
         out?;
@@ -245,7 +246,8 @@ fn step(conn: &mut Connection, i: usize, sql: &str, rebuild: bool) -> Result<()>
     }
     tx.execute_batch(sql)?;
     if rebuild {
-        // Rows referring to nothing now referred to nothing before: report, never commit it.
+        // Foreign keys were off while the tables were rebuilt: every reference must still
+        // hold before this commits.
         let broken: Option<String> =
             tx.query_row("PRAGMA foreign_key_check", [], |r| r.get(0)).optional()?;
         if let Some(table) = broken {

@@ -130,8 +130,8 @@ impl<'e> RunState<'e> {
         let timeout_at = TInstant::now().checked_add(timeout).unwrap_or(far).min(far);
         let mut out_split = LineSplitter::new(cfg.max_line_bytes);
         let mut err_split = LineSplitter::new(64 * 1024);
-        // Under 64 KiB: glibc consolidates its whole heap when a chunk that big is freed, and
-        // a plan frees one per run.
+        // Under 64 KiB: freeing a chunk that big makes glibc consolidate its free lists, and a
+        // plan frees one per run.
         let mut out_buf = vec![0u8; 32 * 1024];
         let mut err_buf = vec![0u8; 8 * 1024];
         let (mut out_done, mut err_done, mut exited) = (false, false, false);
