@@ -187,16 +187,30 @@ fn request_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<PermissionRequestRow> 
     })
 }
 
+/// The audit query for `f`, with only the filters that are set (bound as ?1 subagent, ?2 since,
+/// ?3 limit): `(?1 IS NULL OR subagent_id = ?1)` kept SQLite from using the index on
+/// (subagent_id, ts), and one run's entries were a scan of the whole log.
+fn audit_query(f: &AuditFilter) -> String {
+    let mut terms = Vec::new();
+    if f.subagent_id.is_some() {
+        terms.push("subagent_id = ?1");
+    }
+    if f.since_ms.is_some() {
+        terms.push("ts >= ?2");
+    }
+    let filter =
+        if terms.is_empty() { String::new() } else { format!("WHERE {}", terms.join(" AND ")) };
+    format!(
+        "SELECT id, ts, event_type, severity, subagent_id, parent_session_id, tool,
+             input_preview, input_sha256, decision, decided_by, rate_limit_state, details
+         FROM audit_log {filter} ORDER BY id LIMIT ?3"
+    )
+}
+
 impl Store {
     /// Audit rows, oldest first.
     pub fn audit(&self, f: &AuditFilter) -> Result<Vec<AuditRow>> {
-        let mut stmt = self.conn.prepare(
-            "SELECT id, ts, event_type, severity, subagent_id, parent_session_id, tool,
-                 input_preview, input_sha256, decision, decided_by, rate_limit_state, details
-             FROM audit_log
-             WHERE (?1 IS NULL OR subagent_id = ?1) AND (?2 IS NULL OR ts >= ?2)
-             ORDER BY id LIMIT ?3",
-        )?;
+        let mut stmt = self.conn.prepare(&audit_query(f))?;
         let json = |s: Option<String>| s.and_then(|s| serde_json::from_str(&s).ok());
         let limit = if f.limit == 0 { i64::MAX } else { f.limit as i64 };
         let rows = stmt
@@ -378,10 +392,28 @@ mod tests {
         assert_eq!(rows[0].rate_limit_state.as_ref().unwrap()["tool_calls_remaining"], 3);
         let other = s.audit(&AuditFilter { subagent_id: Some("b".into()), ..Default::default() });
         assert!(other.unwrap().is_empty());
+        let since = |ms| AuditFilter { since_ms: Some(ms), ..Default::default() };
+        assert_eq!(s.audit(&since(now_ms() - 60_000)).unwrap().len(), 1);
+        assert!(s.audit(&since(now_ms() + 60_000)).unwrap().is_empty());
         assert_eq!(s.gc_audit(now_ms() - 1000, false).unwrap(), 0);
         assert_eq!(s.gc_audit(now_ms() + 1000, true).unwrap(), 1);
         assert_eq!(s.gc_audit(now_ms() + 1000, false).unwrap(), 1);
         assert!(s.audit(&AuditFilter::default()).unwrap().is_empty());
+    }
+
+    #[test]
+    fn one_runs_entries_are_found_through_their_index() {
+        let (_d, s) = store();
+        let f = AuditFilter { subagent_id: Some("a".into()), since_ms: Some(1), limit: 10 };
+        let plan: Vec<String> = s
+            .conn
+            .prepare(&format!("EXPLAIN QUERY PLAN {}", audit_query(&f)))
+            .unwrap()
+            .query_map(params![f.subagent_id, f.since_ms, 10], |r| r.get(3))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        assert!(plan.iter().any(|p| p.contains("idx_audit_subagent")), "{plan:?}");
     }
 
     #[test]
