@@ -223,12 +223,12 @@ pub(crate) fn migrate(conn: &mut Connection, path: &str) -> Result<()> {
     for (i, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
         let rebuild = REBUILDS.contains(&(i + 1));
         // Set outside the transaction (SQLite ignores it inside), and put back as it was.
-        let enforced: bool = conn.query_row("PRAGMA foreign_keys", [], |r| r.get(0))?;
-        if rebuild && enforced {
+        let off = rebuild && conn.query_row("PRAGMA foreign_keys", [], |r| r.get::<_, bool>(0))?;
+        if off {
             conn.pragma_update(None, "foreign_keys", false)?;
         }
         let out = step(conn, i, sql, rebuild);
-        if rebuild && enforced {
+        if off {
             conn.pragma_update(None, "foreign_keys", true)?;
         }
         out?;
