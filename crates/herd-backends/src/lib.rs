@@ -13,46 +13,22 @@ use herd_core::{Decoded, FailureReason, ResultInfo, Usage};
 
 pub use program::{ProgramNotFound, resolve_program};
 
-/// The agent CLIs herd can drive.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum BackendKind {
-    Claude,
-    Command,
-}
+pub use herd_core::BackendKind;
 
-impl BackendKind {
-    pub const ALL: [BackendKind; 2] = [BackendKind::Claude, BackendKind::Command];
+/// The CLIs this herd drives today.
+pub const SUPPORTED: &[BackendKind] = &[BackendKind::Claude, BackendKind::Command];
 
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Self::Claude => "claude",
-            Self::Command => "command",
-        }
-    }
+/// A backend herd knows by name but cannot run yet.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("cli {0} is not supported by this herd yet (supported: claude, command)")]
+pub struct Unsupported(pub BackendKind);
 
-    /// The adapter for this kind.
-    pub fn backend(self) -> &'static dyn Backend {
-        match self {
-            Self::Claude => &claude::Claude,
-            Self::Command => &command::Command,
-        }
-    }
-}
-
-impl fmt::Display for BackendKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl std::str::FromStr for BackendKind {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Self::ALL
-            .into_iter()
-            .find(|k| k.as_str() == s)
-            .ok_or_else(|| format!("unknown cli {s:?} (expected one of: claude, command)"))
+/// The adapter for `kind`.
+pub fn backend(kind: BackendKind) -> Result<&'static dyn Backend, Unsupported> {
+    match kind {
+        BackendKind::Claude => Ok(&claude::Claude),
+        BackendKind::Command => Ok(&command::Command),
+        other => Err(Unsupported(other)),
     }
 }
 

@@ -138,7 +138,7 @@ pub struct AuditArgs {
 #[derive(Debug, Args)]
 pub struct GcArgs {
     /// Keep audit entries this many days
-    #[arg(long, default_value_t = herd_store::AUDIT_RETENTION_DAYS)]
+    #[arg(long, default_value_t = herd_engine::service::AUDIT_RETENTION_DAYS)]
     pub audit_days: u64,
     /// Keep transcripts of finished subagents this many days
     #[arg(long, default_value_t = 30)]
@@ -195,16 +195,42 @@ or in an --mcp-config / .mcp.json file:
   {\"mcpServers\": {\"herd\": {\"command\": \"herd\", \"args\": [\"mcp\"]}}}
 The tools are then mcp__herd__task, mcp__herd__task_wait, ... (allow them with
 --allowedTools mcp__herd__task). stdout carries only the protocol; the server logs to
-<state dir>/logs/mcp.log. Tasks it started are stopped when the client disconnects.";
+<state dir>/logs/mcp.log. Tasks it started are stopped when the client disconnects.
+
+The server's policy, not the client's, bounds what its tasks may do: the project's
+permissions, the mcp: section of .herd/config.yml, and these flags. A client's tools,
+allow rules and auto_approve only narrow it; a call no server rule allows is asked of a
+person (`herd approve`) and denied when nobody answers. Tasks work inside the project
+(or an --root / mcp.roots directory).";
 
 #[derive(Debug, Args)]
 pub struct McpArgs {
-    /// Tasks running at once; more wait in a queue (1-20)
-    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=20))]
-    pub max_concurrent: u32,
-    /// Tasks that may wait for a slot; beyond that a task is refused with RESOURCE_EXHAUSTED
-    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(0..=10_000))]
-    pub max_queue: u32,
+    /// Tasks running at once; more wait in a queue (1-20) [default: max_concurrent in the
+    /// config, else 5]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=20))]
+    pub max_concurrent: Option<u32>,
+    /// Tasks that may wait for a place; beyond that a task is refused with RESOURCE_EXHAUSTED
+    /// [default: max_queue in the config, else 20]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(0..=10_000))]
+    pub max_queue: Option<u32>,
+    /// The only tools clients' tasks may have, comma-separated
+    #[arg(long, value_delimiter = ',', help_heading = "Server policy")]
+    pub tools: Vec<String>,
+    /// A rule clients' tasks may run without asking, e.g. `Bash(cargo test *)` (repeatable)
+    #[arg(long = "allow", value_name = "RULE", help_heading = "Server policy")]
+    pub allow: Vec<String>,
+    /// A rule for calls that are refused whatever a client asks (repeatable)
+    #[arg(long = "deny", value_name = "RULE", help_heading = "Server policy")]
+    pub deny: Vec<String>,
+    /// A rule for calls that are always asked of a person (repeatable)
+    #[arg(long = "ask", value_name = "RULE", help_heading = "Server policy")]
+    pub ask: Vec<String>,
+    /// Let clients ask for auto-approve (herd approves calls no rule decides, within limits)
+    #[arg(long, help_heading = "Server policy")]
+    pub auto_approve: bool,
+    /// Another directory clients' tasks may work in (repeatable)
+    #[arg(long = "root", value_name = "DIR", help_heading = "Server policy")]
+    pub roots: Vec<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]

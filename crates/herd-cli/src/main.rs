@@ -44,15 +44,13 @@ fn main() -> ExitCode {
                 return ExitCode::SUCCESS;
             }
             eprintln!("herd: error: {err:#}");
-            let usage = err.downcast_ref::<UsageError>().is_some()
-                || matches!(
-                    err.downcast_ref::<herd_store::StoreError>(),
-                    Some(
-                        herd_store::StoreError::NotFound(_)
-                            | herd_store::StoreError::Ambiguous { .. }
-                    )
-                );
-            ExitCode::from(if usage { exit::USAGE } else { exit::FAILED })
+            if err.downcast_ref::<UsageError>().is_some() {
+                return ExitCode::from(exit::USAGE);
+            }
+            let code = err
+                .downcast_ref::<herd_engine::service::ApiError>()
+                .map_or(exit::FAILED, |e| e.code.exit_code());
+            ExitCode::from(code)
         }
     }
 }

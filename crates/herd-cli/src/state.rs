@@ -1,16 +1,14 @@
-//! Where herd keeps its state: `--state-dir` / `HERD_STATE_DIR`, else `.herd/` in the project
-//! root (the nearest ancestor with a `.herd` or `.git`, else the current directory).
+//! Where herd keeps its state and whose project a command works in: `--state-dir` /
+//! `HERD_STATE_DIR`, else `.herd/` in the project root (the nearest ancestor with `.herd` or `.git`).
 
 use std::path::{Path, PathBuf};
 
-use herd_store::StatePaths;
-
-/// Resolve the state dir for this invocation.
-pub fn resolve(explicit: Option<&Path>) -> anyhow::Result<StatePaths> {
+/// The state dir for this invocation.
+pub fn resolve(explicit: Option<&Path>) -> anyhow::Result<PathBuf> {
     if let Some(p) = explicit {
-        return Ok(StatePaths::new(absolute(p)?));
+        return absolute(p);
     }
-    Ok(StatePaths::new(project_root()?.join(".herd")))
+    Ok(project_root()?.join(".herd"))
 }
 
 /// The project root: the nearest ancestor of the current directory with `.herd` or `.git`.

@@ -50,16 +50,29 @@ fn the_exit_code_decides_and_json_has_the_documented_fields() {
     assert_eq!(
         keys,
         [
+            "cli",
+            "completed_at",
             "cost_usd",
+            "created_at",
+            "cwd",
             "duration_ms",
+            "exit_code",
+            "exit_signal",
             "failure_reason",
             "id",
+            "model",
+            "name",
             "native_session_id",
             "num_turns",
+            "pid",
+            "prompt",
             "result",
+            "result_truncated",
+            "started_at",
             "status",
             "usage"
-        ]
+        ],
+        "one run shape for task --json, show --json and ps --json"
     );
     assert_eq!(v["failure_reason"], "exit_code(7)");
     assert_eq!(v["result"], "partial");

@@ -209,9 +209,7 @@ fn pool_limits_and_depth_are_enforced() {
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains(
-            "RESOURCE_EXHAUSTED: the plan has 3 steps; the pool admits 1 running + 1 queued"
-        ),
+        err.contains("the plan has 3 steps: 1 running and 2 queued (at most 1 at once, 1 queued); raise the plan's limits.max_queue"),
         "{err}"
     );
 

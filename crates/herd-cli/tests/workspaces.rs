@@ -400,7 +400,7 @@ fn an_isolated_task_merges_into_a_named_branch_and_cancel_can_clean_its_worktree
         "--into",
         "main",
     ]);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2), "a request the state refuses is the caller's to fix");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("herd never merges in your checkout") && err.contains("main"), "{err}");
     bash_then_done("iso_t", "echo T > t.txt", Duration::ZERO);
@@ -419,7 +419,7 @@ fn an_isolated_task_merges_into_a_named_branch_and_cancel_can_clean_its_worktree
     ]);
     assert_eq!(code, 0, "{v}");
     assert_eq!(v["status"], "completed");
-    assert_eq!(v["integration_branch"], "feature/herd");
+    assert_eq!(v["worktree"]["integration_branch"], "feature/herd");
     assert_eq!(git(&w.work, &["show", "feature/herd:t.txt"]), "T\n");
     assert_checkout_untouched(&w, &head);
 
@@ -574,7 +574,7 @@ fn isolation_outside_a_git_repository_fails_before_anything_starts() {
         "steps:\n  - {id: a, prompt: go, cli: command, command: [\"true\"], workspace: isolated}\n";
     std::fs::write(w.work.join("p.yml"), plan).unwrap();
     let out = w.run(&["run", "p.yml", "--json"]);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.contains("workspace: isolated needs a git repository")

@@ -2,6 +2,7 @@
 //! Pure: no I/O, no async — ids, statuses and transitions, events, plans, scheduling, context.
 
 pub mod agent;
+mod backend;
 pub mod context;
 pub mod event;
 pub mod id;
@@ -11,6 +12,7 @@ pub mod scheduler;
 pub mod status;
 pub mod workspace;
 
+pub use backend::BackendKind;
 pub use event::{
     AgentEvent, Decoded, PermissionDenial, ResultInfo, ResultKind, Usage, truncate_str,
 };

@@ -163,9 +163,6 @@ pub struct PlanError {
     pub problems: Vec<PlanProblem>,
 }
 
-/// Known backends, by name (kept here so validation needs no I/O).
-pub const KNOWN_CLIS: &[&str] = &["claude", "command"];
-
 fn merge(step: &StepFields, d: &StepFields) -> StepFields {
     macro_rules! pick { ($($f:ident),*) => { StepFields { $($f: step.$f.clone().or_else(|| d.$f.clone()),)* } } }
     let mut f = pick!(
@@ -311,14 +308,15 @@ impl PlanFile {
             {
                 add(line, at("agent"), e);
             }
-            let cli = f.cli.as_deref().unwrap_or("claude");
-            if !KNOWN_CLIS.contains(&cli) {
-                add(
-                    line,
-                    at("cli"),
-                    format!("unknown cli {cli:?} (expected one of: {})", KNOWN_CLIS.join(", ")),
-                );
-            }
+            // An agent's cli is the engine's to apply: unset here means the agent's, or claude.
+            let cli = match f.cli.as_deref().map(str::parse::<crate::BackendKind>).transpose() {
+                Ok(c) => c.unwrap_or(crate::BackendKind::Claude),
+                Err(e) => {
+                    add(line, at("cli"), e);
+                    crate::BackendKind::Claude
+                }
+            };
+            let cli = cli.as_str();
             match (cli, &f.command) {
                 ("command", None) => {
                     add(line, at("command"), "cli: command needs command: [program, args…]".into())

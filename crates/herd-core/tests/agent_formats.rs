@@ -3,8 +3,9 @@
 
 use std::collections::BTreeMap;
 
+use herd_core::BackendKind;
 use herd_core::agent::{
-    AgentDef, Cli, Format, InputDef, Loaded, Memory, parse, to_native_yaml, validate_name,
+    AgentDef, Format, InputDef, Loaded, Memory, parse, to_native_yaml, validate_name,
 };
 use serde_json::json;
 
@@ -26,7 +27,7 @@ fn native_full_definition() {
     assert_eq!(l.format, Format::Native);
     assert!(l.dropped.is_empty());
     assert_eq!(d.name, "reviewer");
-    assert_eq!(d.cli, Some(Cli::Claude));
+    assert_eq!(d.cli, Some(BackendKind::Claude));
     assert_eq!(d.model.as_deref(), Some("sonnet"));
     assert_eq!(d.tools.as_deref(), Some(&["Read", "Grep", "Glob", "Bash"].map(String::from)[..]));
     assert_eq!(d.allow, ["Read", "Bash(git diff *)"]);
@@ -65,7 +66,7 @@ fn claude_markdown_maps_and_says_what_it_dropped() {
     let l = load(Format::Claude, "claude/code-reviewer.md");
     let d = &l.def;
     assert_eq!(d.name, "code-reviewer");
-    assert_eq!(d.cli, Some(Cli::Claude));
+    assert_eq!(d.cli, Some(BackendKind::Claude));
     assert_eq!(d.tools.as_deref(), Some(&["Read", "Grep", "Glob", "Bash"].map(String::from)[..]));
     assert_eq!(d.deny, ["Write", "Edit"]);
     assert_eq!(d.model, None, "inherit means the default model");
@@ -131,7 +132,7 @@ fn claude_frontmatter_that_is_not_strict_yaml_is_read_line_by_line() {
 fn gemini_markdown_local() {
     let l = load(Format::Gemini, "gemini/security-auditor.md");
     let d = &l.def;
-    assert_eq!(d.cli, Some(Cli::Gemini));
+    assert_eq!(d.cli, Some(BackendKind::Gemini));
     assert_eq!(d.tools.as_deref(), Some(&["read_file", "grep_search"].map(String::from)[..]));
     assert_eq!(d.model.as_deref(), Some("gemini-3-flash-preview"));
     assert_eq!((d.max_turns, d.timeout.as_deref()), (Some(10), Some("5m")));
@@ -154,7 +155,7 @@ fn gemini_remote_is_listed_but_not_runnable_and_stays_so_through_native() {
 fn legacy_gemini_toml() {
     let l = load(Format::GeminiToml, "gemini-toml/legacy.toml");
     let d = &l.def;
-    assert_eq!(d.cli, Some(Cli::Gemini));
+    assert_eq!(d.cli, Some(BackendKind::Gemini));
     assert_eq!(d.prompt.as_deref(), Some("You are a careful assistant.\nAnswer the query."));
     assert_eq!(d.model.as_deref(), Some("gemini-2.5-pro"));
     assert_eq!((d.max_turns, d.timeout.as_deref()), (Some(8), Some("5m")));
@@ -177,7 +178,7 @@ fn legacy_gemini_toml() {
 fn codex_toml() {
     let l = load(Format::Codex, "codex/reviewer.toml");
     let d = &l.def;
-    assert_eq!(d.cli, Some(Cli::Codex));
+    assert_eq!(d.cli, Some(BackendKind::Codex));
     assert_eq!(d.model.as_deref(), Some("gpt-5.3-codex"));
     assert!(d.prompt.as_deref().unwrap().starts_with("Review code like an owner."));
     let extra = &d.source.as_ref().unwrap().extra;
@@ -217,7 +218,7 @@ fn every_imported_fixture_round_trips_through_native_yaml() {
 fn native_yaml_shape() {
     let mut def = AgentDef::new("helper");
     def.description = Some("Helps.".into());
-    def.cli = Some(Cli::Codex);
+    def.cli = Some(BackendKind::Codex);
     def.inputs = vec![InputDef { name: "topic".into(), required: true, ..Default::default() }];
     def.prompt = Some("Explain ${topic}.\nBriefly.\n".into());
     insta::assert_snapshot!(to_native_yaml(&def), @r#"
@@ -259,10 +260,10 @@ fn names() {
 
 #[test]
 fn cli_and_memory_names() {
-    for c in Cli::ALL {
-        assert_eq!(c.to_string().parse::<Cli>(), Ok(c));
+    for c in BackendKind::ALL {
+        assert_eq!(c.to_string().parse::<BackendKind>(), Ok(c));
     }
-    assert!("cursor".parse::<Cli>().unwrap_err().contains("expected one of"));
+    assert!("cursor".parse::<BackendKind>().unwrap_err().contains("expected one of"));
     assert_eq!("user".parse::<Memory>(), Ok(Memory::User));
     assert_eq!(Format::GeminiToml.to_string(), "gemini-toml");
 }

@@ -3,10 +3,10 @@
 
 use std::collections::BTreeMap;
 
+use herd_core::BackendKind;
 use herd_core::agent::escape_template as escape;
 use herd_core::agent::{
-    AgentDef, Cli, Format, InputDef, Memory, Source, parse, render, split_frontmatter,
-    to_native_yaml,
+    AgentDef, Format, InputDef, Memory, Source, parse, render, split_frontmatter, to_native_yaml,
 };
 use proptest::prelude::*;
 
@@ -261,7 +261,7 @@ fn agent_def() -> impl Strategy<Value = AgentDef> {
                 AgentDef {
                     name,
                     description,
-                    cli: cli.map(|i| Cli::ALL[i]),
+                    cli: cli.map(|i| BackendKind::ALL[i]),
                     model,
                     prompt,
                     inputs,

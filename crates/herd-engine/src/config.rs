@@ -1,5 +1,5 @@
-//! The project's `.herd/config.yml`: the default agent CLI, permission rules every run starts
-//! from, how long a call waits for a person, and lifecycle hooks. Errors name file and field.
+//! The project's `.herd/config.yml`: the default agent CLI, the limits set once (pool, queue,
+//! timeouts, turns), permission rules every run starts from, and hooks. Errors name file and field.
 
 use std::path::{Path, PathBuf};
 
@@ -15,11 +15,48 @@ use crate::gate::{DEFAULT_HOOK_TIMEOUT, HookDef, HookEvent, Permissions};
 pub struct ProjectConfig {
     /// The agent CLI used when neither `--cli` nor an agent says.
     pub default_cli: Option<String>,
+    /// Agents alive at once (1-20) [default: 5]; a plan's own limit or a flag may lower it.
+    pub max_concurrent: Option<u32>,
+    /// Tasks that may wait for a place in the pool before one is refused [default: 20].
+    pub max_queue: Option<u32>,
+    /// A run's time limit when nothing else sets one, e.g. `20m` (1s-120m) [default: 30m].
+    pub timeout: Option<String>,
+    /// Model turns a run may take when nothing else sets it.
+    pub max_turns: Option<u32>,
+    /// Children one parent may have running at once [default: 20].
+    pub max_per_parent: Option<u32>,
+    /// How long a tool call waits for a person before it is denied, e.g. `2m` [default: 2m].
+    pub permission_timeout: Option<String>,
     #[serde(default)]
     pub permissions: PermissionsConfig,
     /// Hooks by event: `PreToolUse`, `PostToolUse`, `SubagentStart`, `SubagentStop`.
     #[serde(default)]
     pub hooks: HookSpecs,
+    /// What `herd mcp` lets its clients' tasks do: the ceiling a client's own rules narrow.
+    #[serde(default)]
+    pub mcp: McpConfig,
+}
+
+/// The `mcp:` section: the server's policy (a client can only narrow it) and where its tasks
+/// may work besides the project.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct McpConfig {
+    /// The only tools a client's tasks may have (empty: any).
+    #[serde(default)]
+    pub tools: Vec<String>,
+    #[serde(default)]
+    pub allow: Vec<String>,
+    #[serde(default)]
+    pub deny: Vec<String>,
+    #[serde(default)]
+    pub ask: Vec<String>,
+    /// Clients may ask for auto-approve (within its limits) [default: false].
+    #[serde(default)]
+    pub auto_approve: bool,
+    /// Directories besides the project where a client's tasks may work.
+    #[serde(default)]
+    pub roots: Vec<String>,
 }
 
 /// The `permissions:` section.
@@ -32,7 +69,7 @@ pub struct PermissionsConfig {
     pub deny: Vec<String>,
     #[serde(default)]
     pub ask: Vec<String>,
-    /// How long a call waits for a person, e.g. `2m` [default: 2m].
+    /// The older name of the top-level `permission_timeout`.
     pub ask_timeout: Option<String>,
 }
 
@@ -62,12 +99,90 @@ pub fn load(root: &Path) -> Result<ProjectConfig, ConfigError> {
         return Ok(ProjectConfig::default());
     }
     let cfg: ProjectConfig = serde_saphyr::from_str(&text).map_err(|e| err(e.to_string()))?;
-    // Check everything now, so a bad rule is reported before any run starts.
+    // Check everything now, so a bad rule or limit is reported before any run starts.
     cfg.permissions().map_err(err)?;
+    cfg.check_limits().map_err(err)?;
+    cfg.mcp_policy(&McpConfig::default()).map_err(err)?;
     Ok(cfg)
 }
 
 impl ProjectConfig {
+    /// The limits are in range; errors name the field.
+    fn check_limits(&self) -> Result<(), String> {
+        if let Some(n) = self.max_concurrent
+            && !(1..=20).contains(&n)
+        {
+            return Err(format!("max_concurrent: {n} is out of range (1-20)"));
+        }
+        if self.max_turns == Some(0) {
+            return Err("max_turns: must be at least 1".into());
+        }
+        if self.max_per_parent == Some(0) {
+            return Err("max_per_parent: must be at least 1".into());
+        }
+        self.timeout()?;
+        self.permission_timeout()?;
+        if self.permission_timeout.is_some() && self.permissions.ask_timeout.is_some() {
+            return Err("permission_timeout and permissions.ask_timeout say the same thing: \
+                        keep permission_timeout"
+                .into());
+        }
+        Ok(())
+    }
+
+    /// `timeout`, parsed and checked (1s to 120m).
+    pub fn timeout(&self) -> Result<Option<std::time::Duration>, String> {
+        let Some(t) = &self.timeout else { return Ok(None) };
+        let d = parse_duration(t).map_err(|e| format!("timeout: {e}"))?;
+        if d < std::time::Duration::from_secs(1) || d > std::time::Duration::from_secs(120 * 60) {
+            return Err(format!("timeout: {t} is out of range (1s to 120m)"));
+        }
+        Ok(Some(d))
+    }
+
+    /// `permission_timeout` (or the older `permissions.ask_timeout`), parsed.
+    pub fn permission_timeout(&self) -> Result<Option<std::time::Duration>, String> {
+        let (field, value) = match (&self.permission_timeout, &self.permissions.ask_timeout) {
+            (Some(t), _) => ("permission_timeout", t),
+            (None, Some(t)) => ("permissions.ask_timeout", t),
+            (None, None) => return Ok(None),
+        };
+        parse_duration(value).map(Some).map_err(|e| format!("{field}: {e}"))
+    }
+
+    /// The policy `herd mcp` puts above its clients' tasks: the project's own rules (a person
+    /// wrote them), the `mcp:` section, then `extra` (the server's flags). Errors name the field.
+    pub fn mcp_policy(&self, extra: &McpConfig) -> Result<herd_core::permission::Policy, String> {
+        let rules = |field: &str, lists: [&[String]; 3]| -> Result<Vec<Rule>, String> {
+            let mut out = Vec::new();
+            for (list, at) in lists.iter().zip(["permissions", "mcp", "--"]) {
+                for (i, r) in list.iter().enumerate() {
+                    let rule = Rule::parse(r).map_err(|e| match at {
+                        "--" => format!("--{field} {r:?}: {e}"),
+                        _ => format!("{at}.{field}[{i}]: {e}"),
+                    })?;
+                    out.push(rule);
+                }
+            }
+            Ok(out)
+        };
+        let (p, m) = (&self.permissions, &self.mcp);
+        let tools: Vec<String> = m
+            .tools
+            .iter()
+            .chain(&extra.tools)
+            .map(|t| herd_core::permission::normalize_tool(t))
+            .collect();
+        Ok(herd_core::permission::Policy {
+            tools,
+            allow: rules("allow", [&p.allow, &m.allow, &extra.allow])?,
+            deny: rules("deny", [&p.deny, &m.deny, &extra.deny])?,
+            ask: rules("ask", [&p.ask, &m.ask, &extra.ask])?,
+            readonly: false,
+            auto_approve: m.auto_approve || extra.auto_approve,
+        })
+    }
+
     /// The permissions every run starts from. Errors name the field.
     pub fn permissions(&self) -> Result<Permissions, String> {
         let p = &self.permissions;
@@ -81,9 +196,8 @@ impl ProjectConfig {
         perms.policy.allow = rules(&p.allow, "allow")?;
         perms.policy.deny = rules(&p.deny, "deny")?;
         perms.policy.ask = rules(&p.ask, "ask")?;
-        if let Some(t) = &p.ask_timeout {
-            perms.ask_timeout =
-                parse_duration(t).map_err(|e| format!("permissions.ask_timeout: {e}"))?;
+        if let Some(t) = self.permission_timeout()? {
+            perms.ask_timeout = t;
         }
         perms.hooks = hook_defs(&self.hooks)?;
         Ok(perms)

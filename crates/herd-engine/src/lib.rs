@@ -9,6 +9,7 @@ pub mod lines;
 pub mod plan;
 pub mod procfs;
 mod run;
+pub mod service;
 mod slots;
 mod supervisor;
 pub mod workspace;
@@ -19,7 +20,7 @@ use herd_core::SubagentId;
 use herd_store::{StatePaths, Store, StoreError, Writer, WriterHandle, orphaned_update};
 use nix::sys::signal::Signal;
 
-pub use run::{Progress, StopLevel, TaskReport, TaskRequest};
+pub use run::{Progress, RunCaller, StopLevel, TaskReport, TaskRequest};
 pub use supervisor::{Child, GuardCommand, SpawnError, child_env};
 
 /// Engine failures (the run itself failing is a [`TaskReport`], not an error).
@@ -30,7 +31,7 @@ pub enum EngineError {
     #[error("a subagent task ended abnormally: {0}")]
     Task(String),
     /// The pool or queue cannot take the work.
-    #[error("RESOURCE_EXHAUSTED: {0}")]
+    #[error("{0}")]
     ResourceExhausted(String),
     /// A subagent tried to spawn beyond the allowed depth.
     #[error(
@@ -83,32 +84,20 @@ pub struct Engine {
     /// This process and its start time, recorded as the owner of what it runs.
     owner: (u32, Option<u64>),
     session_id: String,
+    /// What opened this engine (`cli`, `mcp`…); its session is stored with the first run.
+    session_kind: String,
+    session_stored: Mutex<bool>,
     config: EngineConfig,
-    /// How deep in a chain of herds this one runs (`HERD_DEPTH`, 0 at the top).
-    depth: u32,
-    max_depth: u32,
-    /// The policies of the herds above this one (from `HERD_POLICY_LAYERS`): runs can only narrow.
-    inherited_policies: Vec<herd_core::permission::Policy>,
+    /// In-process answers to permission requests reach their waiting gate here.
+    answers: Arc<gate::Answers>,
 }
 
 impl Engine {
     /// Open the store under `paths`, sweep orphans, and record a session of `kind`.
     pub fn open(paths: StatePaths, guard: GuardCommand, kind: &str) -> Result<Self, EngineError> {
-        let inherited_policies = match std::env::var(gate::POLICY_LAYERS_VAR) {
-            Ok(v) if !v.trim().is_empty() => serde_json::from_str(&v).map_err(|e| {
-                EngineError::InvalidPermissionConfig(format!(
-                    "{}: the policies inherited from the parent herd cannot be read ({e}); \
-                     refusing to run with a wider policy",
-                    gate::POLICY_LAYERS_VAR
-                ))
-            })?,
-            _ => Vec::new(),
-        };
         let mut store = Store::open(paths.clone())?;
         sweep_orphans(&mut store)?;
         let session_id = format!("ses_{}", SubagentId::generate());
-        let cwd = std::env::current_dir().unwrap_or_default();
-        store.create_session(&session_id, kind, &cwd)?;
         let writer = Writer::start(&paths)?;
         Ok(Self {
             paths,
@@ -118,10 +107,10 @@ impl Engine {
             keepers: Mutex::new(Keepers::new()),
             owner: (std::process::id(), procfs::own_start_time()),
             session_id,
+            session_kind: kind.to_owned(),
+            session_stored: Mutex::new(false),
             config: EngineConfig::default(),
-            depth: env_u32("HERD_DEPTH").unwrap_or(0),
-            max_depth: env_u32("HERD_MAX_DEPTH").unwrap_or(1),
-            inherited_policies,
+            answers: Arc::default(),
         })
     }
 
@@ -159,12 +148,33 @@ impl Engine {
         }
     }
 
-    /// Refuse to start subagents when this herd already runs at the depth limit.
-    pub fn check_depth(&self) -> Result<(), EngineError> {
-        if self.depth >= self.max_depth {
-            return Err(EngineError::DepthExceeded { depth: self.depth, max: self.max_depth });
+    /// The session a caller's runs are recorded under: its own, else this engine's (stored
+    /// the first time a run needs it, so commands that only read leave no session behind).
+    pub(crate) fn session_of(&self, caller: &RunCaller) -> Result<String, EngineError> {
+        if let Some(s) = &caller.session {
+            return Ok(s.clone());
         }
-        Ok(())
+        let mut stored = self.session_stored.lock().unwrap_or_else(|p| p.into_inner());
+        if !*stored {
+            let cwd = std::env::current_dir().unwrap_or_default();
+            self.store().create_session(&self.session_id, &self.session_kind, &cwd)?;
+            *stored = true;
+        }
+        Ok(self.session_id.clone())
+    }
+
+    /// This engine's own session (every run of a caller without one is recorded under it).
+    pub fn session_id(&self) -> &str {
+        &self.session_id
+    }
+
+    pub fn config(&self) -> &EngineConfig {
+        &self.config
+    }
+
+    /// Where in-process answers to permission requests are announced.
+    pub(crate) fn answers(&self) -> &gate::Answers {
+        &self.answers
     }
 
     /// Flush and stop the writer.

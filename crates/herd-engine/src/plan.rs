@@ -2,11 +2,9 @@
 //! and its steps, starts subagents with their dependencies' results as context, rolls up cost.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
-use herd_core::plan::{Plan, parse_duration};
+use herd_core::plan::Plan;
 use herd_core::scheduler::{Action, Scheduler};
 use herd_core::workspace::{WorkspaceMode, merge_order};
 use herd_core::{Status, SubagentId, Usage};
@@ -25,7 +23,7 @@ use crate::slots::Slots;
 use crate::{Engine, EngineError, StopLevel, TaskReport};
 use contract::contract;
 use isolation::{Isolation, isolated_spec};
-use request::{step_prompt, step_request};
+use request::{step_parts, step_request};
 
 /// All dependencies' results together are capped at this many bytes in a step's prompt.
 pub const DEFAULT_SUMMARY_CAP: usize = 16 * 1024;
@@ -35,39 +33,29 @@ pub const DEFAULT_MAX_CONCURRENT: usize = 5;
 pub const DEFAULT_MAX_QUEUE: usize = 10_000;
 /// Default number of children one parent may have running at once.
 pub const DEFAULT_MAX_PER_PARENT: usize = 20;
-const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 
 /// How to run a plan.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct PlanOptions {
     /// Overrides `limits.max_concurrent`.
     pub max_concurrent: Option<usize>,
-    /// Relative step `cwd`s resolve against this (the plan file's directory).
-    pub base_dir: PathBuf,
     pub source_file: Option<String>,
     pub summary_cap: usize,
-    /// What agent definitions add to their steps, by step id.
-    pub overlays: HashMap<String, StepOverlay>,
-    /// Rules, hooks and limits every step starts from (the project's config).
-    pub permissions: crate::gate::Permissions,
-    /// The plan's id (`pln_…`), when the caller must know it before the plan ends (a background
-    /// plan of `herd mcp`); generated otherwise.
+    /// Each step's request, resolved like a task's (agent, context, limits, permissions); its
+    /// prompt gets the dependencies' results when the step starts.
+    pub requests: Vec<crate::TaskRequest>,
+    /// The plan's id (`pln_…`), known to the caller before the plan ends; generated otherwise.
     pub id: Option<String>,
     /// Merge isolated steps into this branch (overrides the plan's `into`).
     pub into: Option<String>,
-    /// A process pool shared with other work (`herd mcp`'s): each step's agent also takes one
+    /// A process pool shared with other work (the service's): each step's agent also takes one
     /// of its places, on top of the plan's own bound.
     pub pool: Option<Arc<tokio::sync::Semaphore>>,
-}
-
-/// What a step's agent definition adds beyond plan fields.
-#[derive(Debug, Clone, Default)]
-pub struct StepOverlay {
-    /// The rendered prompt template: the CLI's system prompt (a program gets `HERD_SYSTEM_PROMPT`).
-    pub system_prompt: Option<String>,
-    pub env: Vec<(String, String)>,
-    /// The agent definition's hooks, run on top of the project's.
-    pub hooks: Vec<crate::gate::HookDef>,
+    /// Other work may wait for a lock while holding a place in `pool` (the pool is shared with
+    /// other callers): steps must then not register in their directory ahead of their place.
+    pub pool_shared: bool,
+    /// Told once the plan and its steps are stored (dropped unsent if it fails before).
+    pub stored: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
 /// What happened to one step.
@@ -81,6 +69,16 @@ pub struct StepOutcome {
     pub cost_usd: Option<f64>,
     pub duration_ms: Option<u64>,
     pub usage: Usage,
+}
+
+/// How many of `plan`'s steps run at once: `max_concurrent` (a flag), else the plan's
+/// `limits.max_concurrent`, else the default; 1-20, and at most `limits.max_per_parent`.
+pub(crate) fn plan_bound(plan: &Plan, max_concurrent: Option<usize>) -> usize {
+    max_concurrent
+        .or(plan.limits.max_concurrent.map(|n| n as usize))
+        .unwrap_or(DEFAULT_MAX_CONCURRENT)
+        .clamp(1, 20)
+        .min(plan.limits.max_per_parent.map_or(DEFAULT_MAX_PER_PARENT, |p| p.max(1) as usize))
 }
 
 /// How many pools' worth of steps are created ahead of a place. A run created ahead commits
@@ -147,32 +145,24 @@ impl Engine {
     pub async fn run_plan(
         self: &Arc<Self>,
         plan: &Plan,
-        opts: PlanOptions,
+        mut opts: PlanOptions,
         mut stop: watch::Receiver<StopLevel>,
         updates: Option<mpsc::UnboundedSender<PlanUpdate>>,
     ) -> Result<PlanReport, EngineError> {
-        self.check_depth()?;
-        let plan_id = opts.id.clone().unwrap_or_else(|| format!("pln_{}", SubagentId::generate()));
-        let plan_timeout = plan.limits.timeout.as_deref().and_then(|t| parse_duration(t).ok());
-        let bound = opts
-            .max_concurrent
-            .or(plan.limits.max_concurrent.map(|n| n as usize))
-            .unwrap_or(DEFAULT_MAX_CONCURRENT)
-            .clamp(1, 20)
-            .min(plan.limits.max_per_parent.map_or(DEFAULT_MAX_PER_PARENT, |p| p.max(1) as usize));
-        let n = plan.steps.len();
-        let max_queue = plan.limits.max_queue.map_or(DEFAULT_MAX_QUEUE, |q| q as usize);
-        if n > bound + max_queue {
-            return Err(EngineError::ResourceExhausted(format!(
-                "the plan has {n} steps; the pool admits {bound} running + {max_queue} queued \
-                 (raise limits.max_queue)"
-            )));
+        if let Some(r) = opts.requests.first() {
+            r.caller.check_depth()?;
         }
+        if opts.requests.len() != plan.steps.len() {
+            return Err(EngineError::Task("a plan's requests do not match its steps".into()));
+        }
+        let plan_id = opts.id.clone().unwrap_or_else(|| format!("pln_{}", SubagentId::generate()));
+        let bound = plan_bound(plan, opts.max_concurrent);
+        let n = plan.steps.len();
         let iso = self.plan_isolation(plan, &opts, &plan_id).await?;
         let new_steps: Vec<NewStep> = (0..n)
             .map(|i| {
                 let s = &plan.steps[i];
-                let req = step_request(s, String::new(), &opts, plan_timeout);
+                let req = &opts.requests[i];
                 NewStep {
                     key: s.id.clone(),
                     name: s.fields.name.clone().unwrap_or_else(|| s.id.clone()),
@@ -187,9 +177,13 @@ impl Engine {
             .collect();
         let (me, me_start) = self.owner();
         let w = self.writer();
+        let session = match opts.requests.first() {
+            Some(r) => self.session_of(&r.caller)?,
+            None => self.session_of(&crate::RunCaller::default())?,
+        };
         w.create_orchestration(NewOrchestration {
             id: plan_id.clone(),
-            session: self.session_id.clone(),
+            session,
             name: plan.name.clone(),
             strategy: format!("{:?}", plan.strategy).to_lowercase(),
             plan: serde_json::to_string(plan).unwrap_or_default(),
@@ -200,6 +194,9 @@ impl Engine {
         })
         .await?;
         w.finish_orchestration(&plan_id, "running", herd_store::PlanTotals::default()).await?;
+        if let Some(stored) = opts.stored.take() {
+            let _ = stored.send(());
+        }
 
         let mut running: JoinSet<Done> = JoinSet::new();
         let outcome = self
@@ -207,7 +204,6 @@ impl Engine {
                 plan,
                 &plan_id,
                 &opts,
-                plan_timeout,
                 bound,
                 &mut running,
                 &mut stop,
@@ -233,7 +229,6 @@ impl Engine {
         plan: &Plan,
         plan_id: &str,
         opts: &PlanOptions,
-        plan_timeout: Option<Duration>,
         bound: usize,
         running: &mut JoinSet<Done>,
         stop: &mut watch::Receiver<StopLevel>,
@@ -268,8 +263,8 @@ impl Engine {
         // Unlocked steps register in their directory as they are created (one write, ahead of
         // their place) only where no one can wait for a lock while holding a place this plan
         // needs: no step here takes a lock, and the pool is the plan's own.
-        let register_ahead = opts.pool.is_none()
-            && plan.steps.iter().all(|s| s.workspace() != WorkspaceMode::Locked);
+        let register_ahead =
+            !opts.pool_shared && plan.steps.iter().all(|s| s.workspace() != WorkspaceMode::Locked);
         let mut outcomes: Vec<StepOutcome> = plan
             .steps
             .iter()
@@ -300,8 +295,8 @@ impl Engine {
                 match action {
                     Action::Start { step, attempt } => {
                         let s = &plan.steps[step];
-                        let prompt = step_prompt(plan, step, &results, opts.summary_cap);
-                        let mut req = step_request(s, prompt, opts, plan_timeout);
+                        let parts = step_parts(plan, step, &results, opts.summary_cap);
+                        let mut req = step_request(s, &opts.requests[step], parts);
                         req.plan_step = Some((plan_id.clone(), s.id.clone()));
                         if let Some((iso, bases)) = iso.filter(|_| isolated[step]) {
                             let spec =

@@ -4,7 +4,8 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use herd_core::agent::{Cli, Format, MAX_FILE_BYTES};
+use herd_core::BackendKind;
+use herd_core::agent::{Format, MAX_FILE_BYTES};
 use herd_engine::agents::{MAX_FILES_PER_FOLDER, discover, format_for, load_file};
 
 fn write(root: &Path, rel: &str, text: &str) -> PathBuf {
@@ -64,7 +65,7 @@ fn precedence_and_shadowing() {
             ("rev", Format::Native, Some("project")),
         ]
     );
-    assert_eq!(cat.get("mine").unwrap().def.cli, Some(Cli::Codex));
+    assert_eq!(cat.get("mine").unwrap().def.cli, Some(BackendKind::Codex));
     assert_eq!(cat.get("rev").unwrap().path, root.join(".herd/agents/rev.yml"));
     assert_eq!(
         show(tmp.path(), cat.warnings),

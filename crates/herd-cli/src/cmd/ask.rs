@@ -7,19 +7,20 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use herd_core::{AgentEvent, SubagentId};
-use herd_store::{Answered, StatePaths, Store};
-use tokio::sync::{broadcast, mpsc};
+use herd_engine::service::{Answer, Caller, Service};
+use tokio::sync::mpsc;
 
 /// Answer `id`'s permission requests from this terminal until the run ends. `paused` is set
 /// while a prompt is shown so the progress line leaves it alone.
 pub fn spawn(
-    paths: StatePaths,
+    svc: &Service,
     id: SubagentId,
-    mut events: broadcast::Receiver<Arc<herd_store::StoredEvent>>,
+    caller: Caller,
     paused: Arc<AtomicBool>,
-) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        let Ok(mut store) = Store::open(paths) else { return };
+) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+    let mut events = svc.watch(id.as_str(), 1)?;
+    let svc = svc.clone();
+    Ok(tokio::spawn(async move {
         // One reader of stdin for the whole run: lines arrive here whenever typed.
         let (line_tx, mut lines) = mpsc::channel::<String>(4);
         std::thread::spawn(move || {
@@ -30,15 +31,7 @@ pub fn spawn(
                 }
             }
         });
-        loop {
-            let ev = match events.recv().await {
-                Ok(ev) => ev,
-                Err(broadcast::error::RecvError::Lagged(_)) => continue,
-                Err(broadcast::error::RecvError::Closed) => return,
-            };
-            if ev.subagent_id != id {
-                continue;
-            }
+        while let Some(Ok(ev)) = events.next().await {
             let AgentEvent::PermissionRequested { request, tool, input_preview, timeout_ms } =
                 &ev.event
             else {
@@ -65,28 +58,24 @@ pub fn spawn(
                     },
                     _ = check.tick() => {
                         // Answered elsewhere, expired, or the run ended.
-                        let decided = store
-                            .permission_request(request)
-                            .ok()
-                            .flatten()
-                            .is_none_or(|r| r.status != "pending");
-                        if decided {
+                        let waiting = svc
+                            .pending(Some(id.as_str()))
+                            .is_ok_and(|p| p.iter().any(|r| &r.id == request));
+                        if !waiting {
                             eprintln!("(answered elsewhere)");
                             break None;
                         }
                     }
                 }
             };
-            if let Some((approve, always)) = answer {
-                let by = format!("the terminal of herd pid {}", std::process::id());
-                let reason = (!approve).then_some("denied at the terminal");
-                match store.answer_request(request, approve, always, reason, &by) {
-                    Ok(Answered::Decided) => {}
-                    Ok(Answered::AlreadyDecided(s)) => eprintln!("herd: {request} was already {s}"),
-                    Err(e) => eprintln!("herd: cannot record the answer: {e}"),
+            if let Some((allow, always)) = answer {
+                let reason = (!allow).then(|| "denied at the terminal".to_owned());
+                if let Err(e) = svc.answer(request, Answer { allow, always, reason }, &caller).await
+                {
+                    eprintln!("herd: {e}");
                 }
             }
             paused.store(false, Ordering::SeqCst);
         }
-    })
+    }))
 }

@@ -6,7 +6,9 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use herd_backends::BackendKind;
-use herd_store::{StatePaths, Store};
+use std::path::Path;
+
+use herd_engine::service::{Service, ServiceOptions};
 use serde_json::json;
 
 use crate::cli::DoctorArgs;
@@ -20,8 +22,10 @@ struct CliCheck {
 }
 
 fn check_claude() -> CliCheck {
-    let backend = BackendKind::Claude.backend();
-    let var = backend.program_override_var().unwrap_or("HERD_CLAUDE_BIN");
+    let var = herd_backends::backend(BackendKind::Claude)
+        .ok()
+        .and_then(|b| b.program_override_var())
+        .unwrap_or("HERD_CLAUDE_BIN");
     let path = std::env::var("PATH").ok();
     let tested = herd_backends::claude::TESTED_VERSION;
     match herd_backends::resolve_program(
@@ -82,11 +86,12 @@ fn version_of(p: &std::path::Path) -> Option<String> {
     Some(String::from_utf8_lossy(&out.stdout).trim().to_owned())
 }
 
-pub fn run(paths: StatePaths, a: DoctorArgs) -> anyhow::Result<u8> {
+pub fn run(state_dir: &Path, a: DoctorArgs) -> anyhow::Result<u8> {
     let claude = check_claude();
-    let store = Store::open(paths.clone());
-    let state_ok = store.is_ok();
-    let state_problem = store.err().map(|e| e.to_string());
+    let opened =
+        Service::open(state_dir, ServiceOptions { surface: "doctor".into(), ..Default::default() });
+    let state_ok = opened.is_ok();
+    let state_problem = opened.err().map(|e| e.to_string());
     let missing = claude.path.is_none();
     let mut out = std::io::stdout().lock();
     if a.json {
@@ -95,8 +100,8 @@ pub fn run(paths: StatePaths, a: DoctorArgs) -> anyhow::Result<u8> {
                 "name": claude.name, "path": claude.path, "version": claude.version,
                 "tested_version": claude.tested, "problem": claude.problem,
             }],
-            "state_dir": paths.root, "state_ok": state_ok, "state_problem": state_problem,
-            "sqlite_version": Store::sqlite_version(),
+            "state_dir": state_dir, "state_ok": state_ok, "state_problem": state_problem,
+            "sqlite_version": Service::store_version(),
             "ok": state_ok && !missing,
         });
         writeln!(out, "{v}")?;
@@ -116,11 +121,11 @@ pub fn run(paths: StatePaths, a: DoctorArgs) -> anyhow::Result<u8> {
             writeln!(out, "       {p}")?;
         }
         writeln!(out, "[ok  ] command: any program on PATH")?;
-        writeln!(out, "[{}] state dir: {}", mark(state_ok), paths.root.display())?;
+        writeln!(out, "[{}] state dir: {}", mark(state_ok), state_dir.display())?;
         if let Some(p) = &state_problem {
             writeln!(out, "       {p}")?;
         }
-        writeln!(out, "[ok  ] sqlite {}", Store::sqlite_version())?;
+        writeln!(out, "[ok  ] sqlite {}", Service::store_version())?;
     }
     Ok(if state_ok && !missing { 0 } else { 1 })
 }

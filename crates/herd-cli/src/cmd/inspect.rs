@@ -1,49 +1,21 @@
-//! `herd ps`, `herd show`, `herd logs`: read the store (from any terminal, while runs go on).
-//! Tables for people, `--json` for scripts; `logs --follow` polls until the run has closed.
+//! `herd ps`, `herd show`, `herd logs`: what the service says of runs (from any terminal, while
+//! runs go on). Tables for people, `--json` for scripts; `logs --follow` streams to the close.
 
 use std::io::Write;
+use std::path::Path;
 use std::time::Duration;
 
-use herd_store::{StatePaths, Store, SubagentRow};
-use serde_json::json;
+use herd_engine::service::{RunFilter, Service, StoredEvent};
 
-use super::open_store;
 use crate::cli::{LogsArgs, PsArgs, ShowArgs};
 use crate::fmt;
 
-fn row_json(r: &SubagentRow) -> serde_json::Value {
-    json!({
-        "id": r.id,
-        "name": r.name,
-        "cli": r.cli,
-        "status": r.status,
-        "failure_reason": r.failure_reason,
-        "prompt": r.prompt,
-        "model": r.model,
-        "cwd": r.working_directory,
-        "native_session_id": r.native_session_id,
-        "result": r.result,
-        "result_truncated": r.result_truncated,
-        "num_turns": r.num_turns,
-        "usage": r.usage,
-        "cost_usd": r.cost_usd,
-        "pid": r.pid,
-        "exit_code": r.exit_code,
-        "exit_signal": r.exit_signal,
-        "created_at": r.created_at,
-        "started_at": r.started_at,
-        "completed_at": r.completed_at,
-        "duration_ms": r.duration_ms(),
-    })
-}
-
-pub fn ps(paths: StatePaths, a: PsArgs) -> anyhow::Result<u8> {
-    let store = open_store(paths)?;
-    let rows = store.list(a.all, a.limit)?;
+pub fn ps(state_dir: &Path, a: PsArgs) -> anyhow::Result<u8> {
+    let svc = super::open_service(state_dir, "cli")?;
+    let rows = svc.runs(RunFilter { all: a.all, limit: a.limit })?;
     let mut out = std::io::stdout().lock();
     if a.json {
-        let v: Vec<_> = rows.iter().map(row_json).collect();
-        writeln!(out, "{}", serde_json::Value::Array(v))?;
+        writeln!(out, "{}", serde_json::to_string(&rows)?)?;
         return Ok(0);
     }
     if rows.is_empty() {
@@ -68,7 +40,7 @@ pub fn ps(paths: StatePaths, a: PsArgs) -> anyhow::Result<u8> {
             status,
             r.cli,
             fmt::time(r.created_at),
-            r.duration_ms().map_or_else(|| "-".into(), fmt::duration_ms),
+            r.duration_ms.map_or_else(|| "-".into(), fmt::duration_ms),
             r.num_turns.map_or_else(|| "-".into(), |n| n.to_string()),
             fmt::count(r.usage.input_tokens + r.usage.output_tokens),
             fmt::cost(r.cost_usd),
@@ -78,24 +50,15 @@ pub fn ps(paths: StatePaths, a: PsArgs) -> anyhow::Result<u8> {
     Ok(0)
 }
 
-pub fn show(paths: StatePaths, a: ShowArgs) -> anyhow::Result<u8> {
-    let store = open_store(paths)?;
-    let id = store.resolve(&a.id)?;
-    let r = store.get(&id)?.ok_or_else(|| herd_store::StoreError::NotFound(a.id.clone()))?;
-    let worktree = store.worktree_of(id.as_str())?;
+pub fn show(state_dir: &Path, a: ShowArgs) -> anyhow::Result<u8> {
+    let svc = super::open_service(state_dir, "cli")?;
+    let r = svc.run(&a.id)?;
     let mut out = std::io::stdout().lock();
     if a.json {
-        let mut v = row_json(&r);
-        if let Some(w) = &worktree {
-            v["worktree"] = serde_json::json!({
-                "id": w.id, "path": w.path, "branch": w.branch, "base": w.base,
-                "integration_branch": w.integration_branch, "status": w.status,
-                "merge_commit": w.merge_commit,
-            });
-        }
-        writeln!(out, "{v}")?;
+        writeln!(out, "{}", serde_json::to_string(&r)?)?;
         return Ok(0);
     }
+    let worktree = r.worktree.clone();
     let opt = |v: Option<String>| v.unwrap_or_else(|| "-".into());
     let worktree_line = worktree.map_or_else(
         || "-".into(),
@@ -110,11 +73,11 @@ pub fn show(paths: StatePaths, a: ShowArgs) -> anyhow::Result<u8> {
         ("reason", opt(r.failure_reason.clone())),
         ("cli", r.cli.clone()),
         ("model", opt(r.model.clone())),
-        ("cwd", r.working_directory.clone()),
+        ("cwd", r.cwd.clone()),
         ("worktree", worktree_line),
         ("native session", opt(r.native_session_id.clone())),
         ("created", fmt::time(r.created_at)),
-        ("duration", r.duration_ms().map_or_else(|| "-".into(), fmt::duration_ms)),
+        ("duration", r.duration_ms.map_or_else(|| "-".into(), fmt::duration_ms)),
         ("turns", opt(r.num_turns.map(|n| n.to_string()))),
         (
             "tokens",
@@ -135,7 +98,7 @@ pub fn show(paths: StatePaths, a: ShowArgs) -> anyhow::Result<u8> {
                 .map(|c| c.to_string())
                 .or(r.exit_signal.map(|s| format!("signal {s}")))),
         ),
-        ("transcript", store.paths().transcript(&id).display().to_string()),
+        ("transcript", r.transcript.display().to_string()),
         ("prompt", fmt::oneline(&r.prompt, 200)),
     ];
     for (k, v) in lines {
@@ -148,55 +111,66 @@ pub fn show(paths: StatePaths, a: ShowArgs) -> anyhow::Result<u8> {
     Ok(0)
 }
 
-pub fn logs(paths: StatePaths, a: LogsArgs) -> anyhow::Result<u8> {
-    let store = open_store(paths)?;
-    let id = store.resolve(&a.id)?;
+pub fn logs(state_dir: &Path, a: LogsArgs) -> anyhow::Result<u8> {
+    let svc = super::open_service(state_dir, "cli")?;
+    let run = svc.run(&a.id)?;
     if a.raw {
-        return raw(&store, &id, a.follow);
+        return raw(&svc, &run.id, a.follow);
     }
-    let mut after = 0;
-    loop {
-        let batch = store.events_after(&id, after, 1000)?;
-        let mut out = std::io::stdout().lock();
-        for e in &batch {
-            if a.json {
-                writeln!(out, "{}", serde_json::to_string(e)?)?;
-            } else {
-                let indent = if e.parent_tool_use_id.is_some() { "    " } else { "" };
-                writeln!(
-                    out,
-                    "{:>5} {} {indent}{:<16} {}",
-                    e.seq,
-                    &fmt::time(e.ts)[11..],
-                    e.event.kind(),
-                    fmt::event_summary(&e.event)
-                )?;
+    if !a.follow {
+        let mut after = 0;
+        loop {
+            let batch = svc.events(&run.id, after, 1000)?;
+            let mut out = std::io::stdout().lock();
+            for e in &batch {
+                print_event(&mut out, e, a.json)?;
+                after = e.seq;
             }
-            after = e.seq;
+            out.flush()?;
+            if batch.len() < 1000 {
+                return Ok(0);
+            }
         }
-        out.flush()?;
-        if batch.len() == 1000 {
-            continue;
-        }
-        if !a.follow || finished(&store, &id)? && store.events_after(&id, after, 1)?.is_empty() {
-            return Ok(0);
-        }
-        std::thread::sleep(Duration::from_millis(200));
     }
+    // Followed to its close: stored events, then new ones as they are stored.
+    let rt = super::runtime()?;
+    rt.block_on(async {
+        let mut events = svc.watch(&run.id, 1)?;
+        while let Some(e) = events.next().await {
+            let e = e?;
+            let mut out = std::io::stdout().lock();
+            print_event(&mut out, &e, a.json)?;
+            out.flush()?;
+        }
+        Ok(0)
+    })
 }
 
-fn finished(store: &Store, id: &herd_core::SubagentId) -> anyhow::Result<bool> {
-    Ok(store.get(id)?.is_none_or(|r| r.closed_at.is_some() || r.status.is_terminal()))
+fn print_event(out: &mut impl Write, e: &StoredEvent, json: bool) -> anyhow::Result<()> {
+    if json {
+        writeln!(out, "{}", serde_json::to_string(e)?)?;
+    } else {
+        let indent = if e.parent_tool_use_id.is_some() { "    " } else { "" };
+        writeln!(
+            out,
+            "{:>5} {} {indent}{:<16} {}",
+            e.seq,
+            &fmt::time(e.ts)[11..],
+            e.event.kind(),
+            fmt::event_summary(&e.event)
+        )?;
+    }
+    Ok(())
 }
 
 /// The transcript as the agent wrote it.
-fn raw(store: &Store, id: &herd_core::SubagentId, follow: bool) -> anyhow::Result<u8> {
+fn raw(svc: &Service, id: &str, follow: bool) -> anyhow::Result<u8> {
     use std::io::{Read, Seek, SeekFrom};
-    let path = store.paths().transcript(id);
+    let path = svc.run(id)?.transcript;
     let mut pos = 0u64;
     let mut buf = vec![0u8; 64 * 1024];
     loop {
-        let done = finished(store, id)?;
+        let done = svc.run(id)?.closed;
         if let Ok(mut f) = std::fs::File::open(&path) {
             f.seek(SeekFrom::Start(pos))?;
             let mut out = std::io::stdout().lock();

@@ -1,5 +1,5 @@
-//! Command dispatch: each subcommand in its own module, all returning an exit code.
-//! Commands that only read the store stay synchronous; `task` builds a runtime.
+//! Command dispatch: each subcommand in its own module, each one service call plus rendering.
+//! Commands that wait on runs build a runtime; the rest read the service synchronously.
 
 mod agents;
 mod ask;
@@ -9,38 +9,63 @@ mod inspect;
 mod mcp;
 mod permissions;
 mod plan;
-mod select;
 mod signals;
 mod task;
 mod worktrees;
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use herd_engine::service::{Caller, Service, ServiceOptions};
 
 use crate::cli::{Cli, Command};
 use crate::state;
 
 pub fn dispatch(cli: Cli) -> anyhow::Result<u8> {
-    let paths = state::resolve(cli.state_dir.as_deref())?;
+    let state_dir = state::resolve(cli.state_dir.as_deref())?;
     match cli.command {
-        Command::Task(args) => task::run(paths, *args),
-        Command::Run(args) => plan::run(paths, args),
-        Command::Ps(args) => inspect::ps(paths, args),
-        Command::Show(args) => inspect::show(paths, args),
-        Command::Logs(args) => inspect::logs(paths, args),
-        Command::Cancel(args) => cancel::run(paths, args),
-        Command::Doctor(args) => doctor::run(paths, args),
+        Command::Task(args) => task::run(&state_dir, *args),
+        Command::Run(args) => plan::run(&state_dir, args),
+        Command::Ps(args) => inspect::ps(&state_dir, args),
+        Command::Show(args) => inspect::show(&state_dir, args),
+        Command::Logs(args) => inspect::logs(&state_dir, args),
+        Command::Cancel(args) => cancel::run(&state_dir, args),
+        Command::Doctor(args) => doctor::run(&state_dir, args),
         Command::Agents(cmd) => agents::run(cmd),
-        Command::Approve(args) => permissions::approve(paths, args),
-        Command::Deny(args) => permissions::deny(paths, args),
-        Command::Revoke(args) => permissions::revoke(paths, args),
-        Command::Audit(args) => permissions::audit(paths, args),
-        Command::Gc(args) => permissions::gc(paths, args),
-        Command::Mcp(args) => mcp::run(paths, args),
-        Command::Worktrees(cmd) => worktrees::run(paths, cmd),
+        Command::Approve(args) => permissions::approve(&state_dir, args),
+        Command::Deny(args) => permissions::deny(&state_dir, args),
+        Command::Revoke(args) => permissions::revoke(&state_dir, args),
+        Command::Audit(args) => permissions::audit(&state_dir, args),
+        Command::Gc(args) => permissions::gc(&state_dir, args),
+        Command::Mcp(args) => mcp::run(&state_dir, args),
+        Command::Worktrees(cmd) => worktrees::run(&state_dir, cmd),
     }
 }
 
-/// Open the store for a command that reads it, sweeping runs whose owner died first.
-fn open_store(paths: herd_store::StatePaths) -> anyhow::Result<herd_store::Store> {
-    let mut store = herd_store::Store::open(paths)?;
-    herd_engine::sweep_orphans(&mut store)?;
-    Ok(store)
+/// The service of `state_dir` as the project's config sets it up, for a command of `surface`.
+fn open_service(state_dir: &Path, surface: &str) -> anyhow::Result<Service> {
+    let opts = ServiceOptions::for_project(&state::project_root()?, surface)?;
+    Ok(Service::open(state_dir, opts)?)
+}
+
+/// This process as a caller: the project, the current directory, the depth and policies a
+/// parent herd set in the environment.
+fn caller(who: String) -> anyhow::Result<Caller> {
+    let cwd: PathBuf = std::env::current_dir().context("cannot read the current directory")?;
+    Ok(Caller::from_env(&state::project_root()?, &cwd, who)?)
+}
+
+/// Who answers or cancels from this terminal, as recorded.
+fn person() -> String {
+    let user = std::env::var("USER").unwrap_or_else(|_| "someone".into());
+    format!("{user} via herd pid {}", std::process::id())
+}
+
+/// A multi-threaded runtime of two workers for the commands that wait on runs.
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
 }

@@ -1,138 +1,70 @@
-//! `herd run PLAN`: validate (exit 2 on any problem, nothing started), then run every step —
-//! a live block of running steps on a terminal, plain lines when piped, a table or JSON at the end.
+//! `herd run PLAN`: one service call validates (exit 2 on any problem, nothing started) and
+//! starts it; a live block of running steps on a terminal, plain lines when piped, a table or
+//! JSON at the end.
 
 use std::io::{IsTerminal, Write};
-use std::sync::Arc;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use std::collections::{BTreeMap, HashMap};
-
-use herd_core::plan::{Plan, PlanFile};
-use herd_engine::plan::{DEFAULT_SUMMARY_CAP, PlanOptions, PlanReport, PlanUpdate, StepOverlay};
-use herd_engine::{Engine, GuardCommand, StopLevel};
-use herd_store::StatePaths;
+use herd_engine::service::{
+    Caller, PlanOutline, PlanReport, PlanSource, PlanSpec, PlanUpdate, Service, ServiceOptions,
+};
 use serde_json::json;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 
 use crate::cli::RunArgs;
-use crate::{UsageError, exit, fmt};
+use crate::{exit, fmt};
 
-pub fn run(paths: StatePaths, a: RunArgs) -> anyhow::Result<u8> {
-    let file = a.plan.display().to_string();
-    let src = std::fs::read_to_string(&a.plan)
-        .map_err(|e| UsageError(format!("cannot read plan {file}: {e}")))?;
-    let (plan, overlays) = load(&file, &src)?;
-    // The project's rules and hooks apply to every step; a bad config stops the plan here.
-    let permissions = super::select::project_permissions()?;
-    if a.dry_run {
-        return dry_run(&plan, a.json);
+pub fn run(state_dir: &Path, a: RunArgs) -> anyhow::Result<u8> {
+    let spec = PlanSpec {
+        source: PlanSource::File(a.plan.clone()),
+        max_concurrent: a.max_concurrent.map(|n| n as usize),
+        into: a.into.clone(),
+    };
+    let mut opts = ServiceOptions::for_project(&crate::state::project_root()?, "cli")?;
+    // A person's own plan: the flag, else the project's config, bounds it; without either
+    // the plan's own limits do (the pool is this command's alone).
+    match a.max_concurrent {
+        Some(n) => opts.max_concurrent = n as usize,
+        None if !opts.configured_max_concurrent => opts.max_concurrent = 20,
+        None => {}
     }
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
+    let svc = Service::open(state_dir, opts)?;
+    let caller = super::caller(format!("the terminal of herd pid {}", std::process::id()))?;
+    if a.dry_run {
+        let outline = svc.check_plan(&caller, &spec)?;
+        return dry_run(&outline, a.json);
+    }
+    let rt = super::runtime()?;
     // On a worker, not on this thread: the plan loop and its runs wake each other on every
     // step, and a wake-up within the pool's threads is cheaper than one across to this one.
-    let run = rt.spawn(run_async(paths, plan, a, file, overlays, permissions));
+    let run = rt.spawn(async move {
+        let out = run_async(&svc, &caller, spec, a.json).await;
+        svc.shutdown().await?;
+        out
+    });
     rt.block_on(run).context("the plan's task failed")?
 }
 
-/// Parse and validate plan text (`file` names it in errors), with its steps' agent definitions
-/// applied. Also used by `herd mcp`'s `run_plan`.
-pub(crate) fn load(file: &str, src: &str) -> anyhow::Result<(Plan, HashMap<String, StepOverlay>)> {
-    let mut parsed = PlanFile::parse(file, src).map_err(|e| UsageError(e.to_string()))?;
-    let overlays = resolve_agents(&mut parsed, file)?;
-    let plan = parsed.validate(file, src).map_err(|e| UsageError(e.to_string()))?;
-    Ok((plan, overlays))
-}
-
-/// Steps naming an `agent` take the definition's fields where the plan leaves them unset, and
-/// its rendered prompt template (with the step's `inputs`) and env as an overlay.
-fn resolve_agents(plan: &mut PlanFile, file: &str) -> anyhow::Result<HashMap<String, StepOverlay>> {
-    let mut overlays = HashMap::new();
-    let default_agent = plan.defaults.agent.clone();
-    if plan.steps.iter().all(|s| s.fields.agent.is_none()) && default_agent.is_none() {
-        return Ok(overlays);
-    }
-    let root = crate::state::project_root()?;
-    for (i, step) in plan.steps.iter_mut().enumerate() {
-        let Some(name) = step.fields.agent.clone().or_else(|| default_agent.clone()) else {
-            continue;
-        };
-        let at = |m: String| {
-            UsageError(format!(
-                "invalid plan {file}:\n  {file}: steps[{i}] ({}).agent: {m}",
-                step.id
-            ))
-        };
-        let found = super::select::find_agent(&root, &name).map_err(|e| at(e.to_string()))?;
-        let d = &found.def;
-        let f = &mut step.fields;
-        if f.cli.is_none() && plan.defaults.cli.is_none() {
-            f.cli = d.cli.map(|c| c.to_string());
-        }
-        f.model = f.model.take().or_else(|| d.model.clone());
-        f.tools = f.tools.take().or_else(|| d.tools.clone());
-        f.max_turns = f.max_turns.or(d.max_turns);
-        f.timeout = f.timeout.take().or_else(|| d.timeout.clone());
-        if !d.allow.is_empty() {
-            let mut allow = d.allow.clone();
-            allow.extend(f.allow.take().unwrap_or_default());
-            f.allow = Some(allow);
-        }
-        if !d.deny.is_empty() {
-            let mut deny = d.deny.clone();
-            deny.extend(f.deny.take().unwrap_or_default());
-            f.deny = Some(deny);
-        }
-        if !d.ask.is_empty() {
-            let mut ask = d.ask.clone();
-            ask.extend(f.ask.take().unwrap_or_default());
-            f.ask = Some(ask);
-        }
-        let hooks = herd_engine::config::hook_defs(&d.hooks).map_err(at)?;
-        let given: BTreeMap<String, String> =
-            f.inputs.clone().or_else(|| plan.defaults.inputs.clone()).unwrap_or_default();
-        let system_prompt = d
-            .prompt
-            .as_deref()
-            .map(|t| herd_core::agent::render(t, &d.inputs, &given))
-            .transpose()
-            .map_err(|e| at(e.to_string()))?;
-        let env = d.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-        overlays.insert(step.id.clone(), StepOverlay { system_prompt, env, hooks });
-    }
-    Ok(overlays)
-}
-
-fn dry_run(plan: &Plan, json_out: bool) -> anyhow::Result<u8> {
-    let layers = plan.layers();
+fn dry_run(o: &PlanOutline, json_out: bool) -> anyhow::Result<u8> {
     let mut out = std::io::stdout().lock();
     if json_out {
         let ids: Vec<Vec<&str>> =
-            layers.iter().map(|l| l.iter().map(|&i| plan.steps[i].id.as_str()).collect()).collect();
-        writeln!(out, "{}", json!({"name": plan.name, "steps": plan.steps.len(), "layers": ids}))?;
+            o.layers.iter().map(|l| l.iter().map(|s| s.id.as_str()).collect()).collect();
+        writeln!(out, "{}", json!({"name": o.name, "steps": o.steps, "layers": ids}))?;
         return Ok(exit::COMPLETED);
     }
-    writeln!(
-        out,
-        "plan {}: {} steps in {} layers (valid)",
-        plan.name,
-        plan.steps.len(),
-        layers.len()
-    )?;
-    for (n, layer) in layers.iter().enumerate() {
+    writeln!(out, "plan {}: {} steps in {} layers (valid)", o.name, o.steps, o.layers.len())?;
+    for (n, layer) in o.layers.iter().enumerate() {
         let names: Vec<String> = layer
             .iter()
-            .map(|&i| {
-                let s = &plan.steps[i];
-                let ws = match s.workspace() {
+            .map(|s| {
+                let ws = match s.workspace {
                     herd_core::workspace::WorkspaceMode::Shared => String::new(),
                     m => format!(", {m:?}").to_lowercase(),
                 };
-                format!("{} ({}{ws})", s.id, s.fields.cli.as_deref().unwrap_or("claude"))
+                format!("{} ({}{ws})", s.id, s.cli)
             })
             .collect();
         writeln!(out, "  layer {}: {}", n + 1, names.join(", "))?;
@@ -141,42 +73,27 @@ fn dry_run(plan: &Plan, json_out: bool) -> anyhow::Result<u8> {
 }
 
 async fn run_async(
-    paths: StatePaths,
-    plan: Plan,
-    a: RunArgs,
-    file: String,
-    overlays: HashMap<String, StepOverlay>,
-    permissions: herd_engine::gate::Permissions,
+    svc: &Service,
+    caller: &Caller,
+    spec: PlanSpec,
+    json_out: bool,
 ) -> anyhow::Result<u8> {
-    let guard = GuardCommand::current_exe().context("cannot find the herd executable")?;
-    let engine = Arc::new(Engine::open(paths, guard, "cli")?);
-    let (stop_tx, stop_rx) = watch::channel(StopLevel::None);
-    tokio::spawn(super::signals::forward(stop_tx));
-    let (tx, rx) = mpsc::unbounded_channel();
+    let started = svc.run_plan(caller, spec).await?;
+    let signals = tokio::spawn(super::signals::cancel_on_signal(
+        svc.clone(),
+        started.id.clone(),
+        caller.clone(),
+    ));
     let live = std::io::stderr().is_terminal();
-    let display = tokio::spawn(show(rx, live));
-    let opts = PlanOptions {
-        max_concurrent: a.max_concurrent.map(|n| n as usize),
-        base_dir: std::env::current_dir()?,
-        source_file: Some(file),
-        summary_cap: DEFAULT_SUMMARY_CAP,
-        overlays,
-        permissions,
-        id: None,
-        into: a.into.clone(),
-        pool: None,
-    };
-    let report = engine.run_plan(&plan, opts, stop_rx, Some(tx)).await;
+    let display = tokio::spawn(show(started.updates, live));
+    let report = svc.plan_report(&started.id).await;
     let _ = display.await;
-    // Flush what was written even when the plan failed with an error.
-    if let Some(engine) = Arc::into_inner(engine) {
-        engine.shutdown().await?;
-    }
+    signals.abort();
     let report = report?;
     for w in &report.warnings {
         eprintln!("herd: {w}");
     }
-    print(&report, a.json)?;
+    print(&report, json_out)?;
     Ok(match report.status.as_str() {
         "completed" => exit::COMPLETED,
         "cancelled" => exit::CANCELLED,

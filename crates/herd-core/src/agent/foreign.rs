@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 use serde_json::{Map, Value};
 
 use super::text::{toml_error, toml_line_of, yaml_line_of};
-use super::{AgentDef, AgentError, Cli, Format, Loaded, Source, template};
+use super::{AgentDef, AgentError, Format, Loaded, Source, template};
+use crate::BackendKind;
 
 /// Where a foreign file's fields are written, to give errors a line.
 pub(super) enum Locator<'a> {
@@ -135,7 +136,7 @@ impl<'a> Fields<'a> {
     }
 
     /// The definition: cli and source filled in, every field not taken kept with a note.
-    pub fn finish(mut self, format: Format, cli: Cli, mut def: AgentDef) -> Loaded {
+    pub fn finish(mut self, format: Format, cli: BackendKind, mut def: AgentDef) -> Loaded {
         for (key, value) in std::mem::take(&mut self.map) {
             if !value.is_null() {
                 self.keep(&key, value, "no meaning in herd");
@@ -238,7 +239,7 @@ pub(super) fn parse_toml(format: Format, file: &str, text: &str) -> Result<Loade
                     f.keep(key, v, why);
                 }
             }
-            Ok(f.finish(format, Cli::Codex, def))
+            Ok(f.finish(format, BackendKind::Codex, def))
         }
         _ => {
             if !matches!(f.map.get("model"), Some(Value::Object(_))) {
@@ -264,7 +265,7 @@ pub(super) fn parse_toml(format: Format, file: &str, text: &str) -> Result<Loade
                     f.extra.insert(name.into(), Value::Object(sub.extra.into_iter().collect()));
                 }
             }
-            Ok(f.finish(format, Cli::Gemini, def))
+            Ok(f.finish(format, BackendKind::Gemini, def))
         }
     }
 }

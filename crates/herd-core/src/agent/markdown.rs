@@ -5,7 +5,8 @@ use serde_json::{Map, Value};
 
 use super::foreign::{Fields, Locator, literal_prompt};
 use super::text::yaml_error;
-use super::{AgentDef, AgentError, Cli, Format, Loaded, Memory};
+use super::{AgentDef, AgentError, Format, Loaded, Memory};
+use crate::BackendKind;
 
 /// A Markdown file split at its frontmatter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -130,7 +131,7 @@ pub(super) fn parse(format: Format, file: &str, text: &str) -> Result<Loaded, Ag
                 Some(v) => f.keep("memory", v, "herd's memory is none, project or user"),
                 None => {}
             }
-            Ok(f.finish(format, Cli::Claude, def))
+            Ok(f.finish(format, BackendKind::Claude, def))
         }
         _ => {
             def.tools = f.list("tools")?;
@@ -149,7 +150,7 @@ pub(super) fn parse(format: Format, file: &str, text: &str) -> Result<Loaded, Ag
                     return Err(f.err("kind", format!("expected local or remote, found {v}")));
                 }
             }
-            Ok(f.finish(format, Cli::Gemini, def))
+            Ok(f.finish(format, BackendKind::Gemini, def))
         }
     }
 }

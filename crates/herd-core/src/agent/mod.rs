@@ -13,6 +13,8 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
+use crate::BackendKind;
+
 pub use markdown::{Frontmatter, split_frontmatter};
 pub use native::to_native_yaml;
 pub use template::{TemplateError, escape as escape_template, render};
@@ -22,46 +24,6 @@ pub const MAX_FILE_BYTES: u64 = 256 * 1024;
 
 /// The longest agent name.
 pub const MAX_NAME_LEN: usize = 64;
-
-/// The agent CLI a definition runs on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Cli {
-    Claude,
-    Codex,
-    Gemini,
-    Acp,
-    Command,
-}
-
-impl Cli {
-    pub const ALL: [Cli; 5] = [Cli::Claude, Cli::Codex, Cli::Gemini, Cli::Acp, Cli::Command];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Cli::Claude => "claude",
-            Cli::Codex => "codex",
-            Cli::Gemini => "gemini",
-            Cli::Acp => "acp",
-            Cli::Command => "command",
-        }
-    }
-}
-
-impl fmt::Display for Cli {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for Cli {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        Cli::ALL.into_iter().find(|c| c.as_str() == s).ok_or_else(|| {
-            format!("unknown cli {s:?} (expected one of claude, codex, gemini, acp, command)")
-        })
-    }
-}
 
 /// Which persistent memory an agent reads and keeps.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -142,7 +104,7 @@ pub struct Source {
 pub struct AgentDef {
     pub name: String,
     pub description: Option<String>,
-    pub cli: Option<Cli>,
+    pub cli: Option<BackendKind>,
     pub model: Option<String>,
     /// The system prompt template (`${input}` placeholders).
     pub prompt: Option<String>,

@@ -7,7 +7,8 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use super::text::{yaml_error, yaml_line_of};
-use super::{AgentDef, AgentError, Cli, Format, InputDef, Loaded, Memory, Source, template};
+use super::{AgentDef, AgentError, Format, InputDef, Loaded, Memory, Source, template};
+use crate::BackendKind;
 use crate::permission::{HookSpecs, Rule, check_hooks};
 use crate::plan::parse_duration;
 
@@ -20,7 +21,7 @@ struct NativeFile {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     description: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    cli: Option<Cli>,
+    cli: Option<BackendKind>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     model: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -60,7 +60,7 @@ fn sequential_is_a_chain() {
 
 #[test]
 fn every_problem_is_reported_with_line_and_field() {
-    let src = "steps:\n  - id: a\n    prompt: x\n    depends_on: [ghost]\n  - id: a\n    prompt: second\n  - id: c\n    cli: gemini\n    depends_on: [c]\n";
+    let src = "steps:\n  - id: a\n    prompt: x\n    depends_on: [ghost]\n  - id: a\n    prompt: second\n  - id: c\n    cli: cursor\n    depends_on: [c]\n";
     let p = problems(src);
     assert!(
         p.contains(&"line 7: steps[2] (c).depends_on: a step cannot depend on itself".to_owned()),
@@ -75,7 +75,7 @@ fn every_problem_is_reported_with_line_and_field() {
         "{p:#?}"
     );
     assert!(p.iter().any(|x| x.starts_with("line 7: steps[2] (c).prompt: missing")), "{p:#?}");
-    assert!(p.iter().any(|x| x.contains("unknown cli \"gemini\"")), "{p:#?}");
+    assert!(p.iter().any(|x| x.contains("unknown cli \"cursor\"")), "{p:#?}");
 }
 
 #[test]

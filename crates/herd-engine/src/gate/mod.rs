@@ -24,6 +24,44 @@ pub(crate) use permissions::granted_env;
 
 /// How long a call waits for a person before it is denied.
 pub const DEFAULT_ASK_TIMEOUT: Duration = Duration::from_secs(120);
+/// How often a waiting call looks in the store for an answer given by another herd process
+/// (an answer given in this process wakes it at once).
+const OTHER_PROCESS_POLL: Duration = Duration::from_millis(250);
+
+/// Answers given in this process, announced to the gate waiting for them. The store stays the
+/// record (first answer wins there); answers from other processes are found by reading it.
+#[derive(Debug, Default)]
+pub(crate) struct Answers {
+    waiting: Mutex<std::collections::HashMap<String, Arc<tokio::sync::Notify>>>,
+}
+
+impl Answers {
+    /// Tell the gate waiting on request `id` (if it is in this process) to read its answer.
+    pub fn announce(&self, id: &str) {
+        if let Some(n) = lock(&self.waiting).get(id) {
+            n.notify_one();
+        }
+    }
+
+    fn register(self: &Arc<Self>, id: &str) -> Waiting {
+        let n = Arc::new(tokio::sync::Notify::new());
+        lock(&self.waiting).insert(id.to_owned(), n.clone());
+        Waiting { answers: self.clone(), id: id.to_owned(), notify: n }
+    }
+}
+
+/// A gate's registration for one request; dropped, it is forgotten.
+struct Waiting {
+    answers: Arc<Answers>,
+    id: String,
+    notify: Arc<tokio::sync::Notify>,
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        lock(&self.answers.waiting).remove(&self.id);
+    }
+}
 /// The environment variable carrying the policies of the herds above this one (JSON).
 pub const POLICY_LAYERS_VAR: &str = "HERD_POLICY_LAYERS";
 
@@ -84,6 +122,7 @@ pub(crate) struct Gate {
     names: HookEnv,
     cwd: PathBuf,
     state: Mutex<GateState>,
+    answers: Arc<Answers>,
 }
 
 /// Fields of an audit entry about one call.
@@ -108,6 +147,7 @@ impl Gate {
         subagent: SubagentId,
         names: HookEnv,
         cwd: PathBuf,
+        answers: Arc<Answers>,
     ) -> Self {
         // Validated at create_run; a rule that stopped parsing since is dropped, never widened
         // into "no rules" (the deny-by-default of asking a person still applies).
@@ -129,6 +169,7 @@ impl Gate {
             names,
             cwd,
             state: Mutex::new(GateState { approver, ..GateState::default() }),
+            answers,
         }
     }
 
@@ -355,9 +396,8 @@ impl Gate {
         })
         .await?;
         let deadline = tokio::time::Instant::now() + timeout;
-        let mut tick = tokio::time::interval(Duration::from_millis(100));
+        let waiting = self.answers.register(&id);
         loop {
-            tick.tick().await;
             let row = lock(&self.store).permission_request(&id)?;
             match row {
                 Some(r) if r.status == "approved" => {
@@ -389,6 +429,11 @@ impl Gate {
                 self.writer.close_permission_request(&id, "expired", "timeout").await?;
                 let by = format!("nobody answered within {}s", timeout.as_secs());
                 return self.deny(req, "permission_decision", by, None).await;
+            }
+            tokio::select! {
+                _ = waiting.notify.notified() => {}
+                _ = tokio::time::sleep(OTHER_PROCESS_POLL) => {}
+                _ = tokio::time::sleep_until(deadline) => {}
             }
         }
     }

@@ -55,6 +55,7 @@ fn gate(f: &Fixture, perms: Permissions, inherited: &[Policy], spec: &RunSpec) -
         f.id.clone(),
         HookEnv::default(),
         std::env::temp_dir(),
+        Default::default(),
     ))
 }
 

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use herd_core::plan::Plan;
 use herd_core::workspace::WorkspaceMode;
 
-use super::{PlanOptions, step_request};
+use super::PlanOptions;
 use crate::workspace::{Git, IsolatedSpec, IsolationPlan, absolute};
 use crate::{Engine, EngineError, TaskRequest};
 
@@ -64,7 +64,7 @@ impl Engine {
             .filter(|&i| plan.steps[i].workspace() == WorkspaceMode::Isolated)
             .collect();
         let Some(&first) = isolated.first() else { return Ok(None) };
-        let cwd = |i: usize| step_request(&plan.steps[i], String::new(), opts, None).cwd;
+        let cwd = |i: usize| opts.requests[i].cwd.clone();
         let into = opts.into.as_deref().or(plan.into.as_deref());
         let root = plan.worktree_root.as_deref();
         let iso = self.open_isolation(&cwd(first), plan_id, root, into).await?;

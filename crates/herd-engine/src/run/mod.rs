@@ -25,7 +25,12 @@ use state::RunState;
 pub struct TaskRequest {
     pub name: Option<String>,
     pub backend: BackendKind,
+    /// What the CLI is given; `spec.prompt` is the assembled prompt (context, then the task).
     pub spec: RunSpec,
+    /// The task as the caller gave it (what `ps` shows and a resume replays).
+    pub task_prompt: String,
+    /// Context before the task (AGENTS.md, the agent's memory), assembled by [`Self::assemble`].
+    pub context: Vec<herd_core::context::Part>,
     pub cwd: PathBuf,
     /// Explicit `--env K=V` pairs, on top of the allowlist.
     pub env: Vec<(String, String)>,
@@ -38,6 +43,52 @@ pub struct TaskRequest {
     pub workspace: WorkspaceReq,
     /// The plan run and step key this task is, to mark the step `blocked` while it waits.
     pub plan_step: Option<(String, String)>,
+    /// Who asked for it: its depth, the policies above it, its session.
+    pub caller: RunCaller,
+}
+
+impl TaskRequest {
+    /// Put the prompt together: the request's context, then `extra` parts (dependencies'
+    /// results, resumed history), then the task. Without any part the prompt is the task.
+    pub fn assemble(&mut self, extra: Vec<herd_core::context::Part>) {
+        let parts: Vec<_> = self.context.iter().cloned().chain(extra).collect();
+        self.spec.prompt = if parts.is_empty() {
+            self.task_prompt.clone()
+        } else {
+            herd_core::context::assemble(&parts, &self.task_prompt)
+        };
+    }
+}
+
+/// What a run keeps of its caller.
+#[derive(Debug, Clone, Default)]
+pub struct RunCaller {
+    /// How deep in a chain of herds the caller runs; its runs are one deeper.
+    pub depth: u32,
+    pub max_depth: u32,
+    /// The policies above the run's own (children narrow them).
+    pub inherited: Arc<[herd_core::permission::Policy]>,
+    /// The session its runs are recorded under (`None`: the engine's).
+    pub session: Option<String>,
+}
+
+impl RunCaller {
+    pub(crate) fn of(c: &crate::service::Caller) -> Self {
+        Self {
+            depth: c.depth,
+            max_depth: c.max_depth,
+            inherited: c.inherited.clone().into(),
+            session: c.session.clone(),
+        }
+    }
+
+    /// Refuse to start subagents from a caller already at the depth limit.
+    pub fn check_depth(&self) -> Result<(), EngineError> {
+        if self.depth >= self.max_depth {
+            return Err(EngineError::DepthExceeded { depth: self.depth, max: self.max_depth });
+        }
+        Ok(())
+    }
 }
 
 /// How hard a caller wants a run stopped.
@@ -138,26 +189,28 @@ impl Engine {
         step: Option<herd_store::StepChange>,
         register_ahead: bool,
     ) -> Result<herd_store::Created, EngineError> {
-        self.check_depth()?;
+        req.caller.check_depth()?;
         req.permissions.validate(&req.spec).map_err(EngineError::InvalidPermissionConfig)?;
         if req.permissions.auto_approve.is_some()
-            && !herd_core::permission::may_auto_approve(&self.inherited_policies)
+            && !herd_core::permission::may_auto_approve(&req.caller.inherited)
         {
             return Err(EngineError::InvalidPermissionConfig(
-                "INVALID_PERMISSION_CONFIG: auto-approve is not allowed here: a herd above this \
-                 one asks a person about calls no rule decides, and a child can only narrow"
+                "auto-approve is not allowed here (INVALID_PERMISSION_CONFIG): a herd above this \
+                 one (or the server's policy) asks a person about calls no rule decides, and a request can only \
+                 narrow that"
                     .into(),
             ));
         }
         let env_keys: Vec<&str> = req.env.iter().map(|(k, _)| k.as_str()).collect();
         let (owner_pid, owner_start_time) = self.owner();
         let auto = req.permissions.auto_approve.is_some();
+        let session = self.session_of(&req.caller)?;
         let subagent = NewSubagent {
             id: id.clone(),
-            parent_session_id: self.session_id.clone(),
+            parent_session_id: session.clone(),
             name: req.name.clone().unwrap_or_else(|| req.backend.to_string()),
             cli: req.backend.to_string(),
-            prompt: req.spec.prompt.clone(),
+            prompt: req.task_prompt.clone(),
             model: req.spec.model.clone(),
             working_directory: req.cwd.display().to_string(),
             max_turns: req.spec.max_turns,
@@ -175,7 +228,7 @@ impl Engine {
             event_type: "subagent_spawn",
             severity: if auto { "warn" } else { "info" },
             subagent_id: Some(id.to_string()),
-            parent_session_id: Some(self.session_id.clone()),
+            parent_session_id: Some(session),
             details: Some(req.permissions.summary(&req.spec)),
             ..Default::default()
         };
@@ -213,11 +266,15 @@ impl Engine {
         progress: Option<watch::Sender<Progress>>,
         ahead: Option<Ahead<'_>>,
     ) -> Result<(TaskReport, Ended), EngineError> {
-        let backend = req.backend.backend();
+        let session = self.session_of(&req.caller)?;
+        let backend = match herd_backends::backend(req.backend) {
+            Ok(b) => b,
+            Err(e) => return Err(EngineError::InvalidPermissionConfig(e.to_string())),
+        };
         // Children carry their depth, so a herd they start knows where it stands.
         let gate = Arc::new(Gate::new(
             req.permissions.clone(),
-            &self.inherited_policies,
+            &req.caller.inherited,
             &req.spec,
             self.writer(),
             self.store.clone(),
@@ -225,13 +282,14 @@ impl Engine {
             HookEnv {
                 subagent_id: id.to_string(),
                 subagent_name: req.name.clone().unwrap_or_else(|| req.backend.to_string()),
-                session_id: self.session_id.clone(),
+                session_id: session,
                 tool: None,
             },
             req.cwd.clone(),
+            self.answers.clone(),
         ));
         let mut explicit = vec![
-            ("HERD_DEPTH".to_owned(), (self.depth + 1).to_string()),
+            (crate::service::DEPTH_VAR.to_owned(), (req.caller.depth + 1).to_string()),
             (POLICY_LAYERS_VAR.to_owned(), gate.layers_json()),
         ];
         explicit.extend(req.env.iter().cloned());

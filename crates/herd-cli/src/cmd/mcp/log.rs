@@ -3,9 +3,8 @@
 
 use std::fs::File;
 use std::io::Write;
+use std::path::Path;
 use std::sync::Mutex;
-
-use herd_store::StatePaths;
 
 #[derive(Debug)]
 pub struct Log {
@@ -14,8 +13,8 @@ pub struct Log {
 
 impl Log {
     /// Open (append) the log; a log that cannot be opened is silently off.
-    pub fn open(paths: &StatePaths) -> Self {
-        let dir = paths.root.join("logs");
+    pub fn open(state_dir: &Path) -> Self {
+        let dir = state_dir.join("logs");
         let path = dir.join("mcp.log");
         let file = std::fs::create_dir_all(&dir)
             .and_then(|()| std::fs::OpenOptions::new().create(true).append(true).open(&path))

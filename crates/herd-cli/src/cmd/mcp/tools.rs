@@ -1,12 +1,17 @@
-//! The MCP tools of `herd mcp`: their parameters (JSON Schemas read by models), how each call
-//! becomes a task or plan request, and how results and errors go back as tool results.
+//! The MCP tools of `herd mcp`: their parameters (JSON Schemas read by models), each call as
+//! one service call (a task spec, a plan spec, a wait…), and answers as tool results or errors.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use herd_engine::plan::{DEFAULT_SUMMARY_CAP, PlanOptions};
+use herd_core::BackendKind;
+use herd_core::workspace::WorkspaceMode;
+use herd_engine::service::{
+    Answer, ApiError, Caller, CancelLevel, JobState, PlanSource, PlanSpec, Service, TaskSpec,
+    WaitMode as Mode, WorkspaceSpec,
+};
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{CallToolResult, ContentBlock, Implementation, ServerCapabilities, ServerConfig};
@@ -16,10 +21,8 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::jobs::{Jobs, ToolError};
 use super::log::Log;
-use crate::cli::TaskArgs;
-use crate::cmd::task;
+use super::render;
 
 /// The longest `task_wait` (seconds).
 const MAX_WAIT_S: u64 = 600;
@@ -91,75 +94,68 @@ pub enum WorkspaceParam {
 }
 
 impl TaskParams {
-    /// The same arguments `herd task` takes, so both share one path to a request.
-    fn task_args(self) -> Result<TaskArgs, ToolError> {
+    /// The call as a task spec; each problem names its parameter.
+    fn spec(self) -> Result<TaskSpec, ApiError> {
+        let bad = |m: String| ApiError::invalid(m);
+        let description = self.description.trim().to_owned();
+        if description.is_empty() {
+            return Err(bad("description: give a short label for the task".into()));
+        }
         let cli = self
             .agent_cli
             .as_deref()
-            .map(str::parse)
+            .map(str::parse::<BackendKind>)
             .transpose()
-            .map_err(|e: String| ToolError(format!("agent_cli: {e}")))?;
-        if cli == Some(herd_backends::BackendKind::Command) {
-            return Err(ToolError(
-                "agent_cli: \"command\" runs a program given on herd's command line \
+            .map_err(|e| bad(format!("agent_cli: {e}")))?;
+        if cli == Some(BackendKind::Command) {
+            return Err(bad("agent_cli: \"command\" runs a program given on herd's command line \
                  (herd task --cli command -- PROGRAM); over MCP use \"claude\""
-                    .into(),
-            ));
+                .into()));
         }
         let timeout = match self.timeout_s {
             Some(s) if !(1..=7200).contains(&s) => {
-                return Err(ToolError(format!("timeout_s: {s} is out of range (1-7200)")));
+                return Err(bad(format!("timeout_s: {s} is out of range (1-7200)")));
             }
             s => s.map(Duration::from_secs),
         };
         if self.max_turns.is_some_and(|t| !(1..=10_000).contains(&t)) {
-            return Err(ToolError("max_turns: out of range (1-10000)".into()));
+            return Err(bad("max_turns: out of range (1-10000)".into()));
         }
         if self.wait.is_some() && !matches!(self.workspace, Some(WorkspaceParam::Locked)) {
-            return Err(ToolError("wait: only with workspace \"locked\"".into()));
+            return Err(bad("wait: only with workspace \"locked\"".into()));
         }
         if self.session_id.is_some() && self.agent_name.is_some() {
-            return Err(ToolError(
+            return Err(bad(
                 "session_id continues an earlier task as it was; leave out agent_name".into(),
             ));
         }
-        Ok(TaskArgs {
+        let mode = match self.workspace {
+            None | Some(WorkspaceParam::Shared) => WorkspaceMode::Shared,
+            Some(WorkspaceParam::Locked) => WorkspaceMode::Locked,
+            Some(WorkspaceParam::Isolated) => WorkspaceMode::Isolated,
+        };
+        Ok(TaskSpec {
             prompt: self.prompt,
+            name: Some(description),
             cli,
-            resume: self.session_id,
+            agent: self.agent_name,
+            inputs: self.inputs.unwrap_or_default(),
             model: self.model,
             tools: self.tools,
             allow: self.allow.unwrap_or_default(),
             deny: self.deny.unwrap_or_default(),
+            ask: self.ask.unwrap_or_default(),
             max_turns: self.max_turns,
             timeout,
-            agent: self.agent_name,
-            input: self.inputs.unwrap_or_default().into_iter().collect(),
-            explain: false,
             cwd: self.cwd.map(PathBuf::from),
-            env: Vec::new(),
-            max_output_kb: None,
-            json: false,
-            permissions: crate::cli::PermissionArgs {
-                ask: self.ask.unwrap_or_default(),
-                auto_approve: self.auto_approve.unwrap_or(false),
+            workspace: WorkspaceSpec {
+                mode,
+                wait: self.wait.unwrap_or(false),
                 ..Default::default()
             },
-            workspace: self.workspace.map(|w| {
-                match w {
-                    WorkspaceParam::Shared => "shared",
-                    WorkspaceParam::Locked => "locked",
-                    WorkspaceParam::Isolated => "isolated",
-                }
-                .to_owned()
-            }),
-            lock: None,
-            wait: self.wait.unwrap_or(false),
-            into: None,
-            base: None,
-            setup: None,
-            no_auto_commit: false,
-            command: Vec::new(),
+            auto_approve: (self.auto_approve == Some(true)).then(Default::default),
+            resume: self.session_id,
+            ..TaskSpec::default()
         })
     }
 }
@@ -248,43 +244,46 @@ pub struct RunPlanParams {
     pub max_concurrent: Option<u32>,
 }
 
-/// The MCP server: tools over the job registry.
+/// The MCP server: its tools over the engine service.
 #[derive(Debug, Clone)]
 pub struct Server {
-    jobs: Arc<Jobs>,
+    svc: Service,
+    /// Every client call runs as this caller: the server's policy above what it asks for.
+    caller: Caller,
+    /// The jobs started with `background: true`.
+    background: Arc<Mutex<BTreeSet<String>>>,
     log: Arc<Log>,
     tool_router: ToolRouter<Self>,
 }
 
-/// A tool's answer: JSON on success, a tool error (seen by the model) otherwise.
-fn reply(r: Result<Value, ToolError>) -> CallToolResult {
+/// A tool's answer: JSON on success, a tool error (seen by the model) otherwise; the error
+/// names its code (`RESOURCE_EXHAUSTED`, `INVALID_ARGUMENT`…) so a model can act on it.
+fn reply(r: Result<Value, ApiError>) -> CallToolResult {
     match r {
         Ok(v) => CallToolResult::structured(v),
-        Err(ToolError(msg)) => CallToolResult::error(vec![ContentBlock::text(msg)]),
+        Err(e) => {
+            CallToolResult::error(vec![ContentBlock::text(format!("{}: {}", e.code, e.message))])
+        }
     }
 }
 
 /// Run a call that starts work on its own task: if the client drops the call half-way, a task
 /// is never left persisted but unstarted (a cancelled call stops its task through the ladder).
 async fn detached(
-    f: impl Future<Output = Result<Value, ToolError>> + Send + 'static,
-) -> Result<Value, ToolError> {
-    tokio::spawn(f).await.unwrap_or_else(|e| Err(ToolError(format!("herd failed: {e}"))))
-}
-
-fn anyhow_err(e: anyhow::Error) -> ToolError {
-    ToolError(format!("{e:#}"))
+    f: impl Future<Output = Result<Value, ApiError>> + Send + 'static,
+) -> Result<Value, ApiError> {
+    tokio::spawn(f).await.unwrap_or_else(|e| Err(ApiError::internal(format!("herd failed: {e}"))))
 }
 
 #[tool_router(router = tool_router)]
 impl Server {
-    pub fn new(jobs: Arc<Jobs>, log: Arc<Log>) -> Self {
-        Self { jobs, log, tool_router: Self::tool_router() }
+    pub fn new(svc: Service, caller: Caller, log: Arc<Log>) -> Self {
+        Self { svc, caller, background: Arc::default(), log, tool_router: Self::tool_router() }
     }
 
-    fn logged(&self, tool: &str, r: Result<Value, ToolError>) -> CallToolResult {
-        if let Err(ToolError(msg)) = &r {
-            self.log.line(format_args!("{tool}: error: {msg}"));
+    fn logged(&self, tool: &str, r: Result<Value, ApiError>) -> CallToolResult {
+        if let Err(e) = &r {
+            self.log.line(format_args!("{tool}: error: {}: {}", e.code, e.message));
         }
         reply(r)
     }
@@ -294,7 +293,8 @@ impl Server {
         and returns {session_id, status, output, duration_ms, usage, cost_usd}. The subagent \
         starts fresh: put everything it needs in the prompt. With background: true it returns \
         the session_id at once (use task_wait / task_result). Pass session_id to continue a \
-        finished task.")]
+        finished task. What it may do is bounded by the server's policy: your tools, allow and \
+        auto_approve only narrow it, and a call the server does not allow waits for a person.")]
     async fn task(
         &self,
         Parameters(p): Parameters<TaskParams>,
@@ -312,10 +312,10 @@ impl Server {
         annotations(read_only_hint = true)
     )]
     async fn task_status(&self, Parameters(p): Parameters<StatusParams>) -> CallToolResult {
-        let ids = p.ids.unwrap_or_else(|| self.jobs.all_ids());
+        let ids = p.ids.unwrap_or_else(|| self.svc.job_ids());
         let r = ids
             .iter()
-            .map(|id| self.jobs.status_of(id))
+            .map(|id| self.svc.status(id).map(|s| self.render_status(&s)))
             .collect::<Result<Vec<_>, _>>()
             .map(|tasks| json!({ "tasks": tasks }));
         self.logged("task_status", r)
@@ -331,15 +331,17 @@ impl Server {
         let r = async {
             let secs = p.timeout_s.unwrap_or(60);
             if secs > MAX_WAIT_S {
-                return Err(ToolError(format!(
+                return Err(ApiError::invalid(format!(
                     "timeout_s: {secs} is too long (at most {MAX_WAIT_S}); call task_wait again"
                 )));
             }
-            if p.ids.is_empty() {
-                return Err(ToolError("ids: give at least one task or plan id".into()));
-            }
-            let all = matches!(p.mode, WaitMode::All);
-            self.jobs.wait(&p.ids, all, Duration::from_secs(secs)).await
+            let mode = match p.mode {
+                WaitMode::All => Mode::All,
+                WaitMode::Any => Mode::Any,
+            };
+            let w = self.svc.wait(&p.ids, mode, Duration::from_secs(secs)).await?;
+            let tasks: Vec<Value> = w.jobs.iter().map(|s| self.render_status(s)).collect();
+            Ok(json!({"timed_out": w.timed_out, "done": w.done, "tasks": tasks}))
         }
         .await;
         self.logged("task_wait", r)
@@ -351,24 +353,30 @@ impl Server {
         annotations(read_only_hint = true)
     )]
     async fn task_result(&self, Parameters(p): Parameters<IdParams>) -> CallToolResult {
-        let r = self.jobs.result_of(&p.id);
+        let r = self.result_of(&p.id);
         self.logged("task_result", r)
     }
 
     #[tool(description = "Stop a running or queued task or plan. Graceful by default (the agent \
         is interrupted, then terminated); force: true kills at once. Returns the final status.")]
     async fn task_cancel(&self, Parameters(p): Parameters<CancelParams>) -> CallToolResult {
-        let r = self.jobs.cancel(&p.id, p.force.unwrap_or(false)).await;
+        let level =
+            if p.force.unwrap_or(false) { CancelLevel::Force } else { CancelLevel::Graceful };
+        let r = self
+            .svc
+            .cancel(&p.id, level, "task_cancel", &self.caller)
+            .await
+            .map(|s| self.render_status(&s));
         self.logged("task_cancel", r)
     }
 
     #[tool(
         description = "Run a plan: several subagent steps in parallel up to a bound, each after \
         its depends_on completed, with its dependencies' results in its prompt; a failed step \
-        fails its descendants. Give the plan as YAML text (plan) or a file (path), e.g.\n\
-        name: review\nsteps:\n  - {id: scan, prompt: \"List risky functions\"}\n  - {id: fix, \
-        prompt: \"Fix the first\", depends_on: [scan]}\nReturns every step's status and output, \
-        or with background: true the plan_id at once."
+        fails its descendants. Give the plan as YAML text (plan) or a file in the project \
+        (path), e.g.\nname: review\nsteps:\n  - {id: scan, prompt: \"List risky functions\"}\n  \
+        - {id: fix, prompt: \"Fix the first\", depends_on: [scan]}\nReturns every step's status \
+        and output, or with background: true the plan_id at once."
     )]
     async fn run_plan(
         &self,
@@ -386,84 +394,129 @@ impl Server {
         unanswered calls are denied when they time out. Every answer is audited.")]
     async fn approve(&self, Parameters(p): Parameters<ApproveParams>) -> CallToolResult {
         let allow = matches!(p.decision, Decision::Allow);
-        if !allow && p.always.is_some() {
-            let r = Err(ToolError("always: only with decision \"allow\"".into()));
-            return self.logged("approve", r);
+        let r = async {
+            if !allow && p.always.is_some() {
+                return Err(ApiError::invalid("always: only with decision \"allow\""));
+            }
+            let a = Answer { allow, always: p.always.unwrap_or(false), reason: p.reason };
+            let req = self.svc.answer(&p.request_id, a, &self.caller).await?;
+            let decision = if allow { "allowed" } else { "denied" };
+            self.log.line(format_args!("request {} {decision}", req.id));
+            Ok(json!({"request_id": req.id, "decision": decision}))
         }
-        let r = self.jobs.answer(&p.request_id, allow, p.always.unwrap_or(false), p.reason);
+        .await;
         self.logged("approve", r)
     }
 }
 
 impl Server {
+    fn render_status(&self, s: &JobState) -> Value {
+        let background =
+            self.svc.job_ids().contains(&s.id().to_owned()).then(|| {
+                self.background.lock().unwrap_or_else(|p| p.into_inner()).contains(s.id())
+            });
+        render::status(s, background)
+    }
+
+    /// A finished job's full result; a job still going is an error that says to wait.
+    fn result_of(&self, id: &str) -> Result<Value, ApiError> {
+        let state = self.svc.status(id)?;
+        if !state.is_terminal() {
+            return Err(ApiError::precondition(format!(
+                "{} is still {}; call task_wait first",
+                state.id(),
+                state.status()
+            )));
+        }
+        match &state {
+            JobState::Task(r) => Ok(render::task_result(r)),
+            JobState::Plan(p) => {
+                let outputs: Vec<Option<String>> = p
+                    .steps
+                    .iter()
+                    .map(|s| {
+                        s.subagent_id.as_deref().and_then(|sid| self.svc.run(sid).ok()?.result)
+                    })
+                    .collect();
+                Ok(render::plan_result(p, &outputs))
+            }
+            JobState::Error { .. } => Ok(self.render_status(&state)),
+        }
+    }
+
+    /// Wait for job `id` to end; if the client cancels the call first, stop the job.
+    async fn finish(&self, id: &str, ct: tokio_util::sync::CancellationToken) {
+        let ids = [id.to_owned()];
+        tokio::select! {
+            _ = self.svc.wait(&ids, Mode::All, Duration::MAX / 4) => return,
+            _ = ct.cancelled() => {}
+        }
+        self.log.line(format_args!("{id}: the client cancelled the call; stopping it"));
+        let why = "the MCP client cancelled the call";
+        let _ = self.svc.cancel(id, CancelLevel::Graceful, why, &self.caller).await;
+    }
+
     async fn run_task(
         &self,
         p: TaskParams,
         ctx: RequestContext<RoleServer>,
-    ) -> Result<Value, ToolError> {
+    ) -> Result<Value, ApiError> {
         let background = p.background.unwrap_or(false);
-        let description = p.description.trim().to_owned();
-        if description.is_empty() {
-            return Err(ToolError("description: give a short label for the task".into()));
-        }
-        let args = p.task_args()?;
-        let task::Prepared { mut req, resume, isolate } =
-            task::prepare(args).map_err(anyhow_err)?;
-        if let Some(r) = &resume {
-            task::apply_resume(self.jobs.engine(), &mut req, r).map_err(anyhow_err)?;
-        }
-        if req.name.is_none() {
-            req.name = Some(description);
-        }
-        let (id, done) = self.jobs.submit_task(req, isolate, background).await?;
-        let id = id.to_string();
+        let spawned = self.svc.spawn(&self.caller, p.spec()?).await?;
+        let id = spawned.id.to_string();
+        self.log.line(format_args!(
+            "task {id} submitted ({}, {})",
+            spawned.cli,
+            if background { "background" } else { "foreground" }
+        ));
         if background {
-            let mut v = self.jobs.status_of(&id)?;
-            v["session_id"] = id.clone().into();
+            self.background.lock().unwrap_or_else(|p| p.into_inner()).insert(id.clone());
+            let mut v = self.render_status(&self.svc.status(&id)?);
+            v["session_id"] = id.into();
             return Ok(v);
         }
-        self.jobs.finish(&id, done, ctx.ct).await;
-        self.jobs.result_of(&id)
+        self.finish(&id, ctx.ct).await;
+        let r = self.result_of(&id);
+        if let Ok(v) = &r {
+            self.log.line(format_args!("task {id} {}", v["status"].as_str().unwrap_or("?")));
+        }
+        r
     }
 
     async fn start_plan(
         &self,
         p: RunPlanParams,
         ctx: RequestContext<RoleServer>,
-    ) -> Result<Value, ToolError> {
-        let (file, src) = match (p.plan, &p.path) {
-            (Some(text), None) => ("plan".to_owned(), text),
-            (None, Some(path)) => {
-                let text = std::fs::read_to_string(path)
-                    .map_err(|e| ToolError(format!("cannot read plan {path}: {e}")))?;
-                (path.clone(), text)
-            }
-            _ => return Err(ToolError("give exactly one of plan (YAML text) or path".into())),
+    ) -> Result<Value, ApiError> {
+        let source = match (p.plan, p.path) {
+            (Some(text), None) => PlanSource::Text { name: "plan".into(), text },
+            (None, Some(path)) => PlanSource::File(PathBuf::from(path)),
+            _ => return Err(ApiError::invalid("give exactly one of plan (YAML text) or path")),
         };
         if p.max_concurrent.is_some_and(|n| !(1..=20).contains(&n)) {
-            return Err(ToolError("max_concurrent: out of range (1-20)".into()));
+            return Err(ApiError::invalid("max_concurrent: out of range (1-20)"));
         }
-        let (plan, overlays) = crate::cmd::plan::load(&file, &src).map_err(anyhow_err)?;
-        let opts = PlanOptions {
-            max_concurrent: p.max_concurrent.map(|n| n as usize),
-            base_dir: std::env::current_dir().map_err(|e| ToolError(e.to_string()))?,
-            source_file: p.path,
-            summary_cap: DEFAULT_SUMMARY_CAP,
-            overlays,
-            permissions: crate::cmd::select::project_permissions().map_err(anyhow_err)?,
-            id: None,
-            into: None,
-            pool: None,
-        };
-        let background = p.background.unwrap_or(false);
-        let (id, done) = self.jobs.submit_plan(plan, opts, background).await?;
-        if background {
-            let mut v = self.jobs.status_of(&id)?;
-            v["plan_id"] = id.clone().into();
+        let spec =
+            PlanSpec { source, max_concurrent: p.max_concurrent.map(|n| n as usize), into: None };
+        let started = self.svc.run_plan(&self.caller, spec).await?;
+        self.log.line(format_args!("plan {} ({}) submitted", started.id, started.name));
+        let id = started.id.clone();
+        // Nobody here shows the plan's progress: let its updates go.
+        drop(started.updates);
+        if p.background.unwrap_or(false) {
+            self.background.lock().unwrap_or_else(|p| p.into_inner()).insert(id.clone());
+            let status = self.svc.status(&id).map(|s| self.render_status(&s));
+            let mut v =
+                status.unwrap_or_else(|_| json!({"id": id, "kind": "plan", "status": "pending"}));
+            v["plan_id"] = id.into();
             return Ok(v);
         }
-        self.jobs.finish(&id, done, ctx.ct).await;
-        self.jobs.result_of(&id)
+        self.finish(&id, ctx.ct).await;
+        let r = self.result_of(&id);
+        if let Ok(v) = &r {
+            self.log.line(format_args!("plan {id} {}", v["status"].as_str().unwrap_or("?")));
+        }
+        r
     }
 }
 

@@ -1,0 +1,184 @@
+//! The engine service: the one door every surface (CLI, MCP, the daemon to come) uses to reach
+//! the engine — spawn, plans, cancel, answers, status, wait, watch, list — and what it owns.
+//!
+//! It owns the pool and its queue (one for tasks and plan steps), the registry of the jobs this
+//! process runs, agent resolution and context assembly (one path for tasks and steps), and the
+//! stop ladder. Surfaces translate their parameters into its vocabulary ([`api`]), make one
+//! call, and render what comes back ([`views`]); errors are [`ApiError`]s with a closed set of
+//! codes.
+
+mod api;
+mod error;
+mod jobs;
+mod plans;
+mod pool;
+mod read;
+mod request;
+mod tasks;
+mod views;
+mod watch;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use herd_store::StatePaths;
+
+pub use api::{
+    Answer, Caller, CancelLevel, DEPTH_VAR, MAX_DEPTH_VAR, PlanSource, PlanSpec, TaskSpec,
+    WaitMode, WorkspaceSpec,
+};
+pub use error::{ApiError, Code};
+pub use jobs::{JobState, Waited};
+pub use plans::{PlanOutline, PlanStarted};
+pub use read::{AuditQuery, GcReport, Pruned, RunFilter};
+pub use request::{AGENTS_MD_BUDGET, DEFAULT_TIMEOUT, MEMORY_BUDGET};
+pub use tasks::Spawned;
+pub use views::{
+    AuditEntry, PermissionRequestView, PlanUsage, PlanView, RunView, StepView, WorktreeView,
+};
+pub use watch::Watch;
+
+pub use crate::plan::{PlanReport, PlanUpdate, StepOutcome};
+pub use crate::{Progress, StopLevel};
+pub use herd_store::{AUDIT_RETENTION_DAYS, StoredEvent};
+
+use crate::{Engine, EngineConfig, GuardCommand};
+
+/// Agents alive at once when nothing says otherwise.
+pub const DEFAULT_MAX_CONCURRENT: usize = 5;
+/// Tasks that may wait for a place when nothing says otherwise.
+pub const DEFAULT_MAX_QUEUE: usize = 20;
+
+/// How a service runs: its pool, and whether others share it.
+#[derive(Debug, Clone)]
+pub struct ServiceOptions {
+    /// What kind of surface opened it (`cli`, `mcp`, `daemon`): its session is recorded so.
+    pub surface: String,
+    /// Agents alive at once, tasks and plan steps together (1-20).
+    pub max_concurrent: usize,
+    /// Tasks that may wait for a place; beyond that a spawn is `RESOURCE_EXHAUSTED`.
+    pub max_queue: usize,
+    /// Several callers share this service (MCP, a daemon): one caller's steps must not register
+    /// in a directory ahead of their place, since another's work may wait for a lock there
+    /// while holding a place.
+    pub shared: bool,
+    /// `max_concurrent` came from the project's config (not a default).
+    pub configured_max_concurrent: bool,
+    pub engine: EngineConfig,
+}
+
+impl ServiceOptions {
+    /// The options `project_root`'s `.herd/config.yml` sets (`max_concurrent`, `max_queue`),
+    /// else the defaults; a surface's flags override them after.
+    pub fn for_project(project_root: &Path, surface: &str) -> Result<Self, ApiError> {
+        let cfg =
+            crate::config::load(project_root).map_err(|e| ApiError::invalid(e.to_string()))?;
+        Ok(Self {
+            surface: surface.into(),
+            max_concurrent: cfg.max_concurrent.map_or(DEFAULT_MAX_CONCURRENT, |n| n as usize),
+            max_queue: cfg.max_queue.map_or(DEFAULT_MAX_QUEUE, |n| n as usize),
+            configured_max_concurrent: cfg.max_concurrent.is_some(),
+            ..Self::default()
+        })
+    }
+}
+
+impl Default for ServiceOptions {
+    fn default() -> Self {
+        Self {
+            surface: "cli".into(),
+            max_concurrent: DEFAULT_MAX_CONCURRENT,
+            max_queue: DEFAULT_MAX_QUEUE,
+            shared: false,
+            configured_max_concurrent: false,
+            engine: EngineConfig::default(),
+        }
+    }
+}
+
+/// The engine service of one state directory. A handle: clones share one service.
+#[derive(Debug, Clone)]
+pub struct Service {
+    inner: Arc<Inner>,
+}
+
+/// What the service owns.
+#[derive(Debug)]
+pub struct Inner {
+    engine: Arc<Engine>,
+    pool: pool::Pool,
+    jobs: jobs::Jobs,
+    shared: bool,
+}
+
+impl std::ops::Deref for Service {
+    type Target = Inner;
+    fn deref(&self) -> &Inner {
+        &self.inner
+    }
+}
+
+impl Service {
+    /// Open the state directory `state_dir` (created if missing), sweep runs whose owner died,
+    /// and start the machinery agents run under (the guard starts on first use).
+    pub fn open(state_dir: &Path, opts: ServiceOptions) -> Result<Self, ApiError> {
+        let guard = GuardCommand::current_exe()
+            .map_err(|e| ApiError::internal(format!("cannot find the herd executable: {e}")))?;
+        Self::open_with(state_dir, guard, opts)
+    }
+
+    /// [`open`](Self::open) with an explicit guard program (tests, embedders).
+    pub fn open_with(
+        state_dir: &Path,
+        guard: GuardCommand,
+        opts: ServiceOptions,
+    ) -> Result<Self, ApiError> {
+        let paths = StatePaths::new(state_dir);
+        let engine = Engine::open(paths, guard, &opts.surface)?.with_config(opts.engine.clone());
+        Ok(Self {
+            inner: Arc::new(Inner {
+                engine: Arc::new(engine),
+                pool: pool::Pool::new(opts.max_concurrent.clamp(1, 20), opts.max_queue),
+                jobs: jobs::Jobs::default(),
+                shared: opts.shared,
+            }),
+        })
+    }
+
+    /// Where this service keeps its state.
+    pub fn state_dir(&self) -> &Path {
+        &self.engine.paths().root
+    }
+
+    /// The longest a graceful stop can take before everything is killed: the ladder's rungs.
+    pub fn stop_ladder(&self) -> Duration {
+        let c = self.engine.config();
+        c.graceful_stop + c.term_grace
+    }
+
+    /// Stop every job of this process (the stop ladder, then kills), flush what is queued for
+    /// the store, and stop the guards. Nothing this service started outlives it. Other clones
+    /// of this handle must be gone (or going) by then: the guards stop once they are.
+    pub async fn shutdown(self) -> Result<(), ApiError> {
+        self.jobs.stop_all(self.stop_ladder()).await;
+        let flushed = self.engine.writer().flush().await;
+        let mut engine = Arc::clone(&self.engine);
+        drop(self);
+        // A job's task drops its handle on the engine just after it reports its end.
+        for _ in 0..200 {
+            match Arc::try_unwrap(engine) {
+                Ok(e) => {
+                    e.shutdown().await?;
+                    break;
+                }
+                Err(shared) => {
+                    engine = shared;
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            }
+        }
+        flushed?;
+        Ok(())
+    }
+}

@@ -1,0 +1,505 @@
+//! What the service answers about the record: runs, plans, events, pending requests, the audit
+//! log, worktrees — and the calls that act on it from outside a run (answer, cancel, revoke).
+
+use std::time::{Duration, Instant, SystemTime};
+
+use herd_core::{Status, SubagentId};
+use herd_store::{Answered, AuditFilter, NewAudit, Store, StoredEvent, now_ms};
+use nix::sys::signal::Signal;
+use serde::Serialize;
+use serde_json::json;
+
+use super::Service;
+use super::api::{Answer, Caller, CancelLevel, WaitMode};
+use super::error::ApiError;
+use super::jobs::{Ended, JobState, MARGIN, Waited};
+use super::views::{AuditEntry, PermissionRequestView, PlanView, RunView, WorktreeView};
+use crate::StopLevel;
+use crate::procfs;
+use crate::workspace::teardown::{self, Verdict};
+
+/// Which runs to list.
+#[derive(Debug, Clone, Copy)]
+pub struct RunFilter {
+    /// Finished ones too.
+    pub all: bool,
+    /// At most this many (0: no limit).
+    pub limit: usize,
+}
+
+/// Which audit entries to read.
+#[derive(Debug, Clone, Default)]
+pub struct AuditQuery {
+    /// One run's (id or unique prefix).
+    pub run: Option<String>,
+    /// At or after this time (ms since the epoch).
+    pub since_ms: Option<i64>,
+    /// At most this many (0: all).
+    pub limit: usize,
+}
+
+/// What `gc` deleted (or would).
+#[derive(Debug, Clone, Serialize)]
+pub struct GcReport {
+    pub dry_run: bool,
+    pub audit_rows: usize,
+    pub transcript_files: usize,
+    pub transcript_bytes: u64,
+}
+
+/// What pruning did with one worktree.
+#[derive(Debug, Clone, Serialize)]
+pub struct Pruned {
+    #[serde(flatten)]
+    pub worktree: WorktreeView,
+    /// `removed`, `would remove`, `kept`, or `error: …`.
+    pub result: String,
+    pub why: String,
+}
+
+/// How often the state of a run of another herd process is read while waiting on it.
+const OTHER_PROCESS_POLL: Duration = Duration::from_millis(250);
+
+impl Service {
+    /// A run by id or unique prefix, with its worktree and the calls it waits on.
+    pub fn run(&self, id: &str) -> Result<RunView, ApiError> {
+        let store = self.engine.store();
+        let sid = store.resolve(id.trim())?;
+        view(&store, &sid)
+    }
+
+    /// Runs, newest first: the active ones, or every one with `all`.
+    pub fn runs(&self, f: RunFilter) -> Result<Vec<RunView>, ApiError> {
+        let store = self.engine.store();
+        let limit = if f.limit == 0 { usize::MAX } else { f.limit };
+        let paths = store.paths().clone();
+        Ok(store
+            .list(f.all, limit)?
+            .into_iter()
+            .map(|r| {
+                let t = r.id.parse().map(|id| paths.transcript(&id)).unwrap_or_default();
+                RunView::of(r, t)
+            })
+            .collect())
+    }
+
+    /// A plan run with its steps.
+    pub fn plan(&self, id: &str) -> Result<PlanView, ApiError> {
+        let store = self.engine.store();
+        let o = store
+            .orchestration(id.trim())?
+            .ok_or_else(|| ApiError::not_found(format!("no plan {id}")))?;
+        let steps = store.steps(&o.id)?;
+        Ok(PlanView::of(o, steps))
+    }
+
+    /// A run's events after sequence number `after`, at most `limit`, in order.
+    pub fn events(&self, id: &str, after: i64, limit: usize) -> Result<Vec<StoredEvent>, ApiError> {
+        let store = self.engine.store();
+        let sid = store.resolve(id.trim())?;
+        Ok(store.events_after(&sid, after, limit)?)
+    }
+
+    /// Where a job stands: a run (id or unique prefix) or a plan (`pln_…`).
+    pub fn status(&self, id: &str) -> Result<JobState, ApiError> {
+        let id = id.trim();
+        if let Some(job) = self.jobs.get(id)
+            && let Some(ended) = job.ended()
+            && let Ended::Error(e) = &*ended
+        {
+            return Ok(JobState::Error { id: id.to_owned(), error: e.clone() });
+        }
+        if id.starts_with("pln_") {
+            return Ok(JobState::Plan(Box::new(self.plan(id)?)));
+        }
+        Ok(JobState::Task(Box::new(self.run(id)?)))
+    }
+
+    /// The ids of the jobs this process started, oldest first.
+    pub fn job_ids(&self) -> Vec<String> {
+        self.jobs.ids()
+    }
+
+    /// How many jobs of this process have not ended.
+    pub fn running_jobs(&self) -> usize {
+        self.jobs
+            .ids()
+            .iter()
+            .filter(|id| self.jobs.get(id).is_some_and(|j| j.ended().is_none()))
+            .count()
+    }
+
+    /// Wait until any or all of `ids` have ended, at most `timeout`; their states either way.
+    /// Jobs of this process wake the wait when they end; runs of other processes are read.
+    pub async fn wait(
+        &self,
+        ids: &[String],
+        mode: WaitMode,
+        timeout: Duration,
+    ) -> Result<Waited, ApiError> {
+        if ids.is_empty() {
+            return Err(ApiError::invalid("ids: give at least one run or plan id"));
+        }
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let notified = self.jobs.changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let jobs = ids.iter().map(|id| self.status(id)).collect::<Result<Vec<_>, _>>()?;
+            let done = jobs.iter().filter(|j| j.is_terminal()).count();
+            let satisfied = match mode {
+                WaitMode::All => done == jobs.len(),
+                WaitMode::Any => done > 0,
+            };
+            if satisfied || tokio::time::Instant::now() >= deadline {
+                return Ok(Waited { timed_out: !satisfied, done, jobs });
+            }
+            let foreign = jobs.iter().any(|j| !j.is_terminal() && self.jobs.get(j.id()).is_none());
+            tokio::select! {
+                _ = &mut notified => {}
+                _ = tokio::time::sleep(OTHER_PROCESS_POLL), if foreign => {}
+                _ = tokio::time::sleep_until(deadline) => {}
+            }
+        }
+    }
+
+    /// Answer a tool call waiting for a person: the first answer wins (recorded and audited);
+    /// a gate of this process waiting on it hears at once.
+    pub async fn answer(
+        &self,
+        request: &str,
+        a: Answer,
+        caller: &Caller,
+    ) -> Result<PermissionRequestView, ApiError> {
+        let id = {
+            let mut store = self.engine.store();
+            let id = store.resolve_request(request.trim())?;
+            let row = store
+                .permission_request(&id)?
+                .ok_or_else(|| ApiError::not_found(format!("no permission request {request}")))?;
+            if row.status != "pending" {
+                return Err(ApiError::precondition(format!(
+                    "{id} was already decided ({}); nothing changed",
+                    row.status
+                )));
+            }
+            let run: SubagentId =
+                row.subagent_id.parse().map_err(|e| ApiError::internal(format!("{e}")))?;
+            if store.get(&run)?.is_none_or(|r| r.status.is_terminal()) {
+                return Err(ApiError::precondition(format!(
+                    "{id} belongs to {run}, which has ended; nothing to answer"
+                )));
+            }
+            match store.answer_request(&id, a.allow, a.always, a.reason.as_deref(), &caller.who)? {
+                Answered::Decided => id,
+                Answered::AlreadyDecided(status) => {
+                    return Err(ApiError::precondition(format!(
+                        "{id} was already decided ({status}); nothing changed"
+                    )));
+                }
+            }
+        };
+        self.engine.answers().announce(&id);
+        let row = self.engine.store().permission_request(&id)?;
+        row.map(PermissionRequestView::from)
+            .ok_or_else(|| ApiError::not_found(format!("no permission request {id}")))
+    }
+
+    /// Tool calls waiting for a person: of one run, or of every run.
+    pub fn pending(&self, run: Option<&str>) -> Result<Vec<PermissionRequestView>, ApiError> {
+        let store = self.engine.store();
+        let run = run.map(|r| store.resolve(r.trim())).transpose()?;
+        Ok(store
+            .pending_requests(run.as_ref().map(SubagentId::as_str))?
+            .into_iter()
+            .map(PermissionRequestView::from)
+            .collect())
+    }
+
+    /// Stop a run or a plan: the stop ladder (or a kill with `Force`); a queued run ends
+    /// `cancelled` without starting. A run of another herd process is asked through the store
+    /// and, if its owner does not act within the ladder's time, its process group is signalled
+    /// (after an identity check) on the same ladder. Returns the state it ended in.
+    pub async fn cancel(
+        &self,
+        id: &str,
+        level: CancelLevel,
+        reason: &str,
+        caller: &Caller,
+    ) -> Result<JobState, ApiError> {
+        let id = id.trim();
+        let key = if id.starts_with("pln_") { id.to_owned() } else { self.run(id)?.id };
+        let stop = match level {
+            CancelLevel::Graceful => StopLevel::Graceful,
+            CancelLevel::Force => StopLevel::Force,
+        };
+        if let Some(job) = self.jobs.get(&key) {
+            if job.ended().is_none() {
+                self.audit_cancel(&key, level, reason, caller).await?;
+                job.stop.send_replace(stop);
+                let mut done = job.done.clone();
+                let _ = tokio::time::timeout(
+                    self.stop_ladder() + MARGIN,
+                    done.wait_for(Option::is_some),
+                )
+                .await;
+            }
+            return self.status(&key);
+        }
+        if key.starts_with("pln_") {
+            return Err(ApiError::precondition(format!(
+                "plan {key} is run by another herd process; stop it there (Ctrl-C in its herd run)"
+            )));
+        }
+        let sid: SubagentId = key.parse().map_err(|e| ApiError::internal(format!("{e}")))?;
+        if !self.engine.store().request_cancel(&sid)? {
+            return self.status(&key);
+        }
+        self.audit_cancel(&key, level, reason, caller).await?;
+        self.stop_foreign(&sid, level).await?;
+        self.status(&key)
+    }
+
+    async fn audit_cancel(
+        &self,
+        id: &str,
+        level: CancelLevel,
+        reason: &str,
+        caller: &Caller,
+    ) -> Result<(), ApiError> {
+        Ok(self
+            .engine
+            .writer()
+            .audit(NewAudit {
+                event_type: "cancel_requested",
+                severity: "warn",
+                subagent_id: (!id.starts_with("pln_")).then(|| id.to_owned()),
+                decided_by: Some(caller.who.clone()),
+                details: Some(json!({"force": level == CancelLevel::Force, "reason": reason})),
+                ..Default::default()
+            })
+            .await?)
+    }
+
+    /// The ladder from outside for a run another process owns: it polls for the request and
+    /// stops its agent itself; if it does not within its graceful time (plus its poll and a
+    /// margin), SIGTERM the group, then SIGKILL after the grace.
+    async fn stop_foreign(&self, id: &SubagentId, level: CancelLevel) -> Result<(), ApiError> {
+        let c = self.engine.config().clone();
+        let signal_group = |sig: Signal| -> bool {
+            let Ok(Some(r)) = self.engine.store().get(id) else { return false };
+            match (r.pid, r.pgid) {
+                // Only with a recorded start time: a bare pid may have been reused.
+                (Some(pid), Some(pgid))
+                    if r.process_start_time.is_some()
+                        && procfs::is_same_process(pid, r.process_start_time) =>
+                {
+                    procfs::signal_group(pgid, sig)
+                }
+                _ => false,
+            }
+        };
+        if level == CancelLevel::Force {
+            signal_group(Signal::SIGKILL);
+        }
+        let start = Instant::now();
+        let term_at = c.graceful_stop + c.cancel_poll + Duration::from_secs(1);
+        let kill_at = term_at + c.term_grace;
+        let mut termed = level == CancelLevel::Force;
+        let mut killed = termed;
+        loop {
+            let ended = self.engine.store().get(id)?.is_none_or(|r| r.status.is_terminal());
+            if ended {
+                return Ok(());
+            }
+            let t = start.elapsed();
+            if !termed && t > term_at {
+                signal_group(Signal::SIGTERM);
+                termed = true;
+            }
+            if !killed && t > kill_at {
+                signal_group(Signal::SIGKILL);
+                killed = true;
+            }
+            if t > kill_at + MARGIN {
+                // Its owner is gone or stuck: the orphan sweep records what is left.
+                crate::sweep_orphans(&mut self.engine.store())?;
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Switch a running run's auto-approve off: its next calls ask a person (audited).
+    pub async fn revoke(
+        &self,
+        id: &str,
+        reason: &str,
+        caller: &Caller,
+    ) -> Result<RunView, ApiError> {
+        let reason = reason.trim();
+        if reason.chars().count() < 10 {
+            return Err(ApiError::invalid(format!(
+                "reason {reason:?} is too short: say why in at least 10 characters (it is audited)"
+            )));
+        }
+        let run = self.run(id)?;
+        if !self.engine.store().revoke_auto_approve(&run.id, reason)? {
+            return Err(ApiError::precondition(format!(
+                "{} is not running ({}); nothing to revoke",
+                run.id, run.status
+            )));
+        }
+        self.engine
+            .writer()
+            .audit(NewAudit {
+                event_type: "permission_revoke",
+                severity: "warn",
+                subagent_id: Some(run.id.clone()),
+                decided_by: Some(caller.who.clone()),
+                details: Some(json!({"reason": reason})),
+                ..NewAudit::default()
+            })
+            .await?;
+        self.run(&run.id)
+    }
+
+    /// A message for a running agent. Not yet: it needs the daemon (a run of this process
+    /// holds its agent's stdin; the daemon makes that reachable from every client).
+    pub async fn send(&self, id: &str, _message: &str) -> Result<(), ApiError> {
+        let run = self.run(id)?;
+        Err(ApiError::precondition(format!(
+            "sending a message to {} needs `herd serve` (the daemon), which this herd does not run yet",
+            run.id
+        )))
+    }
+
+    /// Audit log entries, oldest first.
+    pub fn audit(&self, q: &AuditQuery) -> Result<Vec<AuditEntry>, ApiError> {
+        let store = self.engine.store();
+        let run = q.run.as_deref().map(|r| store.resolve(r.trim())).transpose()?;
+        Ok(store.audit(&AuditFilter {
+            subagent_id: run.map(|s| s.to_string()),
+            since_ms: q.since_ms,
+            limit: q.limit,
+        })?)
+    }
+
+    /// Delete audit entries older than `audit_days` and transcripts of finished runs older
+    /// than `transcript_days` (or say what would go, with `dry_run`).
+    pub fn gc(
+        &self,
+        audit_days: u64,
+        transcript_days: u64,
+        dry_run: bool,
+    ) -> Result<GcReport, ApiError> {
+        let mut store = self.engine.store();
+        let day = 86_400_000i64;
+        let audit_rows = store.gc_audit(now_ms() - audit_days as i64 * day, dry_run)?;
+        let cutoff = SystemTime::now() - Duration::from_secs(transcript_days * 86_400);
+        let (mut files, mut bytes) = (0usize, 0u64);
+        let dir = store.paths().transcripts();
+        if let Ok(entries) = std::fs::read_dir(&dir) {
+            for entry in entries.flatten() {
+                let path = entry.path();
+                let Some(name) = path.file_name().and_then(|n| n.to_str()) else { continue };
+                let Some(id) = name.split('.').next().and_then(|i| i.parse().ok()) else {
+                    continue;
+                };
+                // Only finished runs; a file of a running (or unknown) run is left alone.
+                let finished = store.get(&id)?.is_some_and(|r| r.status.is_terminal());
+                let Ok(meta) = entry.metadata() else { continue };
+                if finished && meta.modified().is_ok_and(|m| m < cutoff) {
+                    files += 1;
+                    bytes += meta.len();
+                    if !dry_run {
+                        std::fs::remove_file(&path).map_err(|e| {
+                            ApiError::internal(format!("removing {}: {e}", path.display()))
+                        })?;
+                    }
+                }
+            }
+        }
+        Ok(GcReport { dry_run, audit_rows, transcript_files: files, transcript_bytes: bytes })
+    }
+
+    /// The worktrees herd created and has not removed (every one with `all`).
+    pub fn worktrees(&self, all: bool) -> Result<Vec<WorktreeView>, ApiError> {
+        Ok(self.engine.store().worktrees(all)?.into_iter().map(WorktreeView::from).collect())
+    }
+
+    /// Remove one worktree — refused while in use or dirty; an unmerged branch is kept.
+    pub fn remove_worktree(&self, id: &str) -> Result<String, ApiError> {
+        let store = self.engine.store();
+        let id = if id.starts_with("wt_") { id.to_owned() } else { format!("wt_{id}") };
+        let row = store.worktree(&id)?;
+        match teardown::check(&store, &row, false).map_err(|e| ApiError::internal(e.to_string()))? {
+            Verdict::Remove { delete_branch, why } => {
+                teardown::remove(&store, &row, delete_branch)
+                    .map_err(|e| ApiError::internal(e.to_string()))?;
+                Ok(format!("removed {} ({why})", row.path))
+            }
+            Verdict::Refuse { why } => Err(ApiError::precondition(format!(
+                "refusing to remove {} ({}): {why}",
+                row.id, row.path
+            ))),
+        }
+    }
+
+    /// Remove every worktree whose branch is merged; say why each other one is kept.
+    pub fn prune_worktrees(&self, dry_run: bool) -> Result<Vec<Pruned>, ApiError> {
+        let store = self.engine.store();
+        let mut out = Vec::new();
+        for row in store.worktrees(false)? {
+            // One worktree git cannot read must not stop the others being checked.
+            let verdict = teardown::check(&store, &row, true)
+                .unwrap_or_else(|e| Verdict::Refuse { why: format!("cannot check it: {e}") });
+            let (result, why) = match verdict {
+                Verdict::Remove { why, .. } if dry_run => ("would remove".to_owned(), why),
+                Verdict::Remove { delete_branch, why } => {
+                    match teardown::remove(&store, &row, delete_branch) {
+                        Ok(()) => ("removed".to_owned(), why),
+                        Err(e) => (format!("error: {e}"), why),
+                    }
+                }
+                Verdict::Refuse { why } => ("kept".to_owned(), why),
+            };
+            out.push(Pruned { worktree: row.into(), result, why });
+        }
+        Ok(out)
+    }
+
+    /// Discard a finished run's uncommitted changes — only in a worktree herd created.
+    pub fn cleanup_worktree(&self, id: &str) -> Result<WorktreeView, ApiError> {
+        let run = self.run(id)?;
+        if !run.is_terminal() {
+            return Err(ApiError::precondition(format!(
+                "{} is still {}; not cleaning its worktree",
+                run.id, run.status
+            )));
+        }
+        let store = self.engine.store();
+        let target = run.worktree.as_ref().map_or(run.cwd.clone(), |w| w.path.clone());
+        let w = teardown::cleanup(&store, std::path::Path::new(&target))
+            .map_err(|e| ApiError::precondition(e.to_string()))?;
+        Ok(w.into())
+    }
+
+    /// The SQLite library's version (`herd doctor`).
+    pub fn store_version() -> &'static str {
+        Store::sqlite_version()
+    }
+}
+
+/// One run's view: its row, its worktree, and its pending requests while it is active.
+fn view(store: &Store, id: &SubagentId) -> Result<RunView, ApiError> {
+    let row = store.get(id)?.ok_or_else(|| ApiError::not_found(format!("no run {id}")))?;
+    let status = row.status;
+    let mut v = RunView::of(row, store.paths().transcript(id));
+    v.worktree = store.worktree_of(id.as_str())?.map(WorktreeView::from);
+    if !status.is_terminal() && status != Status::Pending {
+        v.pending_permissions =
+            store.pending_requests(Some(id.as_str()))?.into_iter().map(Into::into).collect();
+    }
+    Ok(v)
+}
