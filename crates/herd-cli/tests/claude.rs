@@ -326,3 +326,61 @@ fn an_agent_run_gets_its_templated_system_prompt_agents_md_and_escaped_memory() 
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn a_plan_step_and_a_task_naming_the_same_agent_send_the_same_context() {
+    let w = world_or_skip!();
+    let mock = MockServer::shared();
+    // A long answer, so the agent's max_output_kb has something to cut.
+    mock.script("ctx_same", Script::new().text("x".repeat(3000)));
+    let write = |rel: &str, text: &str| {
+        let p = w.work.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    };
+    write("AGENTS.md", "Build with cargo. Never push.\n");
+    write(".herd/memory/ctxer/MEMORY.md", "Last time the tests were flaky.\n");
+    write(
+        ".herd/agents/ctxer.yml",
+        "cli: claude\nprompt: You review ${area} code.\ninputs: [{name: area, required: true}]\n\
+         memory: project\nmax_output_kb: 1\n",
+    );
+    let (code, task) = w.json(&[
+        "task",
+        "SCENARIO=ctx_same go",
+        "--agent",
+        "ctxer",
+        "--input",
+        "area=rust",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{task}");
+    write(
+        "ctx.yml",
+        "steps:\n  - {id: s, agent: ctxer, inputs: {area: rust}, prompt: \"SCENARIO=ctx_same go\"}\n",
+    );
+    let (code, plan) = w.json(&["run", "ctx.yml", "--json"]);
+    assert_eq!(code, 0, "{plan}");
+    let reqs: Vec<_> =
+        mock.requests_for("ctx_same").into_iter().filter(|r| r.body["stream"] == true).collect();
+    assert_eq!(reqs.len(), 2, "one model call each");
+    // What the model sees of the task: byte for byte the same, context blocks and all.
+    let first_user =
+        |r: &herd_testkit::RecordedRequest| r.body["messages"][0]["content"].to_string();
+    assert_eq!(first_user(&reqs[0]), first_user(&reqs[1]));
+    for needle in ["AGENTS.md", "Never push", "memory:ctxer", "flaky", "SCENARIO=ctx_same go"] {
+        assert!(first_user(&reqs[0]).contains(needle), "{needle}: {}", first_user(&reqs[0]));
+    }
+    // The agent's rendered template reaches both as the system prompt.
+    for r in &reqs {
+        assert!(r.body["system"].to_string().contains("You review rust code."), "{}", r.body);
+    }
+    // And its max_output_kb cuts both results.
+    let step = plan["steps"][0]["subagent_id"].as_str().unwrap().to_owned();
+    for id in [task["id"].as_str().unwrap(), step.as_str()] {
+        let (_, run) = w.json(&["show", id, "--json"]);
+        assert_eq!(run["result_truncated"], true, "{run}");
+        // The task is shown as given, without the context herd put before it.
+        assert_eq!(run["prompt"], "SCENARIO=ctx_same go", "{run}");
+    }
+}

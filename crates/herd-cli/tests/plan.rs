@@ -149,6 +149,15 @@ fn the_example_plan_runs_offline() {
         report.contains("## files") && report.contains("## rust") && report.contains("crates/x/"),
         "{report}"
     );
+    let written = w.work.join("target/repo-report.md");
+    assert_eq!(v["steps"][3]["outputs"][0], written.display().to_string());
+    // Run by a person, it ends by saying where the report is and showing its first lines.
+    let out = w.run(&["run", plan.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("target/repo-report.md (") && text.contains("  # Repository report"),
+        "{text}"
+    );
 }
 
 #[test]

@@ -265,4 +265,46 @@ mod tests {
         assert!(ok.is_ok());
         assert!(load(&d.path().join("nowhere")).is_ok());
     }
+
+    #[test]
+    fn limits_set_once_are_checked_and_named() {
+        let (_d, cfg) = write(
+            "max_concurrent: 3\nmax_queue: 7\ntimeout: 20m\nmax_turns: 9\nmax_per_parent: 4\n\
+             permission_timeout: 45s\n",
+        );
+        let cfg = cfg.unwrap();
+        assert_eq!((cfg.max_concurrent, cfg.max_queue, cfg.max_turns), (Some(3), Some(7), Some(9)));
+        assert_eq!(cfg.timeout().unwrap().unwrap().as_secs(), 1200);
+        assert_eq!(cfg.permissions().unwrap().ask_timeout.as_secs(), 45);
+        for (text, field) in [
+            ("max_concurrent: 30\n", "max_concurrent: 30 is out of range"),
+            ("timeout: 3h\n", "out of range"),
+            ("timeout: soon\n", "timeout:"),
+            ("max_turns: 0\n", "max_turns"),
+            ("permission_timeout: 1m\npermissions: {ask_timeout: 2m}\n", "say the same thing"),
+            ("mcp: {allow: ['Bash(']}\n", "mcp.allow[0]"),
+            ("mcp: {alow: []}\n", "alow"),
+        ] {
+            let (_d, e) = write(text);
+            let e = e.unwrap_err().to_string();
+            assert!(e.contains("config.yml") && e.contains(field), "{text}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_mcp_ceiling_holds_the_projects_rules_the_section_and_the_flags() {
+        let (_d, cfg) = write(
+            "permissions: {deny: ['Bash(rm *)']}\nmcp: {allow: [Read], tools: [Read, Bash]}\n",
+        );
+        let flags = McpConfig { allow: vec!["Bash(cargo *)".into()], ..McpConfig::default() };
+        let p = cfg.unwrap().mcp_policy(&flags).unwrap();
+        let rules = |r: &[Rule]| r.iter().map(ToString::to_string).collect::<Vec<_>>();
+        assert_eq!(rules(&p.allow), ["read", "bash(cargo *)"]);
+        assert_eq!(rules(&p.deny), ["bash(rm *)"]);
+        assert_eq!(p.tools, ["read", "bash"]);
+        assert!(!p.auto_approve);
+        let bad = McpConfig { deny: vec!["Bash(".into()], ..McpConfig::default() };
+        let (_d, cfg) = write("");
+        assert!(cfg.unwrap().mcp_policy(&bad).unwrap_err().contains("--deny \"Bash(\""));
+    }
 }

@@ -54,6 +54,8 @@ pub struct PlanOptions {
     /// Other work may wait for a lock while holding a place in `pool` (the pool is shared with
     /// other callers): steps must then not register in their directory ahead of their place.
     pub pool_shared: bool,
+    /// The project's `max_per_parent`, under the plan's own.
+    pub max_per_parent: Option<u32>,
     /// Told once the plan and its steps are stored (dropped unsent if it fails before).
     pub stored: Option<tokio::sync::oneshot::Sender<()>>,
 }
@@ -69,16 +71,24 @@ pub struct StepOutcome {
     pub cost_usd: Option<f64>,
     pub duration_ms: Option<u64>,
     pub usage: Usage,
+    /// The files it declares it produces (`outputs`), where they are.
+    pub outputs: Vec<std::path::PathBuf>,
 }
 
 /// How many of `plan`'s steps run at once: `max_concurrent` (a flag), else the plan's
-/// `limits.max_concurrent`, else the default; 1-20, and at most `limits.max_per_parent`.
-pub(crate) fn plan_bound(plan: &Plan, max_concurrent: Option<usize>) -> usize {
+/// `limits.max_concurrent`, else the default; 1-20, and at most `limits.max_per_parent`, else
+/// `per_parent` (the project's config), else the default.
+pub(crate) fn plan_bound(
+    plan: &Plan,
+    max_concurrent: Option<usize>,
+    per_parent: Option<u32>,
+) -> usize {
+    let per_parent = plan.limits.max_per_parent.or(per_parent);
     max_concurrent
         .or(plan.limits.max_concurrent.map(|n| n as usize))
         .unwrap_or(DEFAULT_MAX_CONCURRENT)
         .clamp(1, 20)
-        .min(plan.limits.max_per_parent.map_or(DEFAULT_MAX_PER_PARENT, |p| p.max(1) as usize))
+        .min(per_parent.map_or(DEFAULT_MAX_PER_PARENT, |p| p.max(1) as usize))
 }
 
 /// How many pools' worth of steps are created ahead of a place. A run created ahead commits
@@ -156,7 +166,7 @@ impl Engine {
             return Err(EngineError::Task("a plan's requests do not match its steps".into()));
         }
         let plan_id = opts.id.clone().unwrap_or_else(|| format!("pln_{}", SubagentId::generate()));
-        let bound = plan_bound(plan, opts.max_concurrent);
+        let bound = plan_bound(plan, opts.max_concurrent, opts.max_per_parent);
         let n = plan.steps.len();
         let iso = self.plan_isolation(plan, &opts, &plan_id).await?;
         let new_steps: Vec<NewStep> = (0..n)
@@ -268,7 +278,8 @@ impl Engine {
         let mut outcomes: Vec<StepOutcome> = plan
             .steps
             .iter()
-            .map(|s| StepOutcome {
+            .zip(&opts.requests)
+            .map(|(s, req)| StepOutcome {
                 id: s.id.clone(),
                 status: "pending".into(),
                 failure_reason: None,
@@ -277,6 +288,7 @@ impl Engine {
                 cost_usd: None,
                 duration_ms: None,
                 usage: Usage::default(),
+                outputs: s.fields.outputs.iter().flatten().map(|o| req.cwd.join(o)).collect(),
             })
             .collect();
         let (mut cost, mut usage) = (0.0f64, Usage::default());

@@ -504,6 +504,12 @@ pub(crate) fn apply_update(
             return Err(refused(conn, id, u.status));
         }
     }
+    // A run whose process is gone (it ended, waits for its merge, or was swept as an orphan)
+    // has nobody left to ask: its requests still waiting for a person are closed with it.
+    let ended = u.status.is_some_and(|s| s.is_terminal() || s == Status::WaitingForMerge);
+    if ended || u.closed_at.is_some() {
+        crate::audit::close_requests_of(conn, id.as_str())?;
+    }
     let mut stored = Vec::with_capacity(u.events.len());
     for ev in &u.events {
         let seq = next_seq(conn, seqs, id)?;

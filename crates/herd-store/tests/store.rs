@@ -311,3 +311,30 @@ fn lock_invariants_hold_under_random_sequences() {
         })
         .unwrap();
 }
+
+#[tokio::test]
+async fn a_run_marked_orphaned_has_its_waiting_requests_closed() {
+    let (_dir, paths, mut store, id) = store_with_one_subagent();
+    let writer = Writer::start(&paths).unwrap();
+    let w = writer.handle();
+    w.update(&id, Update { status: Some(Status::Running), ..Update::default() }).await.unwrap();
+    w.create_permission_request(herd_store::NewPermissionRequest {
+        id: "perm_1".into(),
+        subagent_id: id.to_string(),
+        cli_request_id: "r1".into(),
+        tool: "Bash".into(),
+        input_preview: "rm x".into(),
+        input_sha256: "0".repeat(64),
+        expires_at: herd_store::now_ms() + 60_000,
+    })
+    .await
+    .unwrap();
+    w.flush().await.unwrap();
+    assert_eq!(store.pending_requests(None).unwrap().len(), 1);
+    // What a herd sweeping a dead owner's runs writes.
+    store.update(&id, &orphaned_update()).unwrap();
+    assert!(store.pending_requests(None).unwrap().is_empty(), "nobody is left to answer it");
+    let r = store.permission_request("perm_1").unwrap().unwrap();
+    assert_eq!(r.status, "cancelled");
+    writer.shutdown().await.unwrap();
+}

@@ -179,6 +179,7 @@ struct JsonStep<'a> {
     duration_ms: Option<u64>,
     failure_reason: Option<&'a str>,
     id: &'a str,
+    outputs: &'a [std::path::PathBuf],
     status: &'a str,
     subagent_id: Option<&'a str>,
     usage: JsonUsage,
@@ -210,6 +211,7 @@ impl<'a> JsonReport<'a> {
                     duration_ms: s.duration_ms,
                     failure_reason: s.failure_reason.as_deref(),
                     id: &s.id,
+                    outputs: &s.outputs,
                     status: &s.status,
                     subagent_id: s.subagent_id.as_deref(),
                     usage: usage(&s.usage),
@@ -246,6 +248,7 @@ fn print(r: &PlanReport, json_out: bool) -> anyhow::Result<()> {
         )?;
     }
     let done = r.steps.iter().filter(|s| s.status == "completed").count();
+    show_outputs(&mut out, r)?;
     if let Some(b) = &r.integration_branch {
         writeln!(out, "isolated steps merged into {b}")?;
     }
@@ -259,5 +262,38 @@ fn print(r: &PlanReport, json_out: bool) -> anyhow::Result<()> {
         fmt::cost(Some(r.cost_usd))
     )?;
     out.flush()?;
+    Ok(())
+}
+
+/// Lines of an output file shown at the end of a plan.
+const OUTPUT_LINES: usize = 20;
+
+/// What completed steps produced: each declared output that exists, with its first lines —
+/// the plan's result is usually a file, and this is where the person finds it.
+fn show_outputs(out: &mut impl Write, r: &PlanReport) -> anyhow::Result<()> {
+    let files: Vec<&std::path::PathBuf> = r
+        .steps
+        .iter()
+        .filter(|s| s.status == "completed")
+        .flat_map(|s| &s.outputs)
+        .filter(|p| p.is_file())
+        .collect();
+    let cwd = std::env::current_dir().unwrap_or_default();
+    for path in &files {
+        let shown = path.strip_prefix(&cwd).unwrap_or(path);
+        let text = std::fs::read(path).map(|b| String::from_utf8_lossy(&b).into_owned());
+        let Ok(text) = text else { continue };
+        let total = text.lines().count();
+        writeln!(out, "\n{} ({total} lines):", shown.display())?;
+        for line in text.lines().take(OUTPUT_LINES) {
+            writeln!(out, "  {line}")?;
+        }
+        if total > OUTPUT_LINES {
+            writeln!(out, "  … {} more lines in {}", total - OUTPUT_LINES, shown.display())?;
+        }
+    }
+    if !files.is_empty() {
+        writeln!(out)?;
+    }
     Ok(())
 }

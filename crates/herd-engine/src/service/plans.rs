@@ -55,14 +55,16 @@ struct Loaded {
     plan: Plan,
     requests: Vec<TaskRequest>,
     source_file: Option<String>,
+    /// The project's `max_per_parent`.
+    per_parent: Option<u32>,
 }
 
 impl Service {
     /// Validate `spec` and start it: returns once it is admitted; its steps run in the pool.
     pub async fn run_plan(&self, caller: &Caller, spec: PlanSpec) -> Result<PlanStarted, ApiError> {
         crate::RunCaller::of(caller).check_depth()?;
-        let Loaded { plan, requests, source_file } = self.load_plan(caller, &spec)?;
-        let bound = plan_bound(&plan, spec.max_concurrent);
+        let Loaded { plan, requests, source_file, per_parent } = self.load_plan(caller, &spec)?;
+        let bound = plan_bound(&plan, spec.max_concurrent, per_parent);
         let max_queue = plan.limits.max_queue.map_or(DEFAULT_MAX_QUEUE, |q| q as usize);
         self.pool.admit_plan(plan.steps.len(), bound, max_queue)?;
         let id = format!("pln_{}", SubagentId::generate());
@@ -77,6 +79,7 @@ impl Service {
             pool: Some(Arc::clone(&self.pool.places)),
             pool_shared: self.shared,
             stored: Some(stored_tx),
+            max_per_parent: per_parent,
         };
         let (tx, updates) = mpsc::unbounded_channel();
         let running = self.jobs.insert(&id);
@@ -184,7 +187,7 @@ impl Service {
                 resolve(&mut project, caller, step_spec(s, &base_dir), fallbacks).map_err(at)?;
             requests.push(r.req);
         }
-        Ok(Loaded { plan, requests, source_file })
+        Ok(Loaded { plan, requests, source_file, per_parent: project.config.max_per_parent })
     }
 }
 

@@ -312,8 +312,8 @@ impl WriterHandle {
         Ok(Created { pending: pending.await?, registered: slot })
     }
 
-    /// The end of a run in one savepoint: its final update, its requests still waiting for a
-    /// person closed, its audit entry, its locks released.
+    /// The end of a run in one savepoint: its final update (which closes its requests still
+    /// waiting for a person), its audit entry, its locks released.
     /// Queued: await the returned [`Pending`] before showing the end to anyone.
     pub async fn finish_run(
         &self,
@@ -323,7 +323,6 @@ impl WriterHandle {
     ) -> Result<Pending<Vec<StoredEvent>>> {
         let holder = id.to_string();
         let with: Job = Box::new(move |c| {
-            crate::audit::close_requests_of(c, &holder)?;
             crate::audit::insert_audit(c, &audit)?;
             crate::worktrees::release_locks(c, &holder).map(drop)
         });
