@@ -1,7 +1,23 @@
 //! Lenient field decoding for protocols herd does not own: a field of an unexpected type
-//! becomes `None` instead of failing the whole line.
+//! becomes `None` instead of failing the whole line; a line of no known shape becomes an event.
 
+use herd_core::AgentEvent;
 use serde::de::{Deserialize, DeserializeOwned, Deserializer};
+
+/// A line that did not fit a decoder's typed shape: valid JSON of another shape is `Unknown`
+/// (kept verbatim), the rest a `DecodeError` with a preview.
+pub(crate) fn not_typed(line: &[u8], err: &serde_json::Error) -> AgentEvent {
+    if serde_json::from_slice::<serde::de::IgnoredAny>(line).is_ok() {
+        AgentEvent::Unknown { raw: String::from_utf8_lossy(line).into_owned() }
+    } else {
+        AgentEvent::DecodeError { error: err.to_string(), preview: preview(line) }
+    }
+}
+
+/// At most 200 bytes of a line, lossily as text.
+pub(crate) fn preview(line: &[u8]) -> String {
+    String::from_utf8_lossy(&line[..line.len().min(200)]).into_owned()
+}
 
 /// `Some(T)` when the field had the expected shape, else `None`.
 #[derive(Debug, Default, Clone, PartialEq)]
@@ -85,7 +101,7 @@ macro_rules! int_scalar {
         }
     )*};
 }
-int_scalar!(u16, u32, u64);
+int_scalar!(u16, u32, u64, i64);
 
 struct ScalarVisitor<T>(std::marker::PhantomData<T>);
 

@@ -1,17 +1,25 @@
 //! herd-backends: one adapter per agent CLI — how to start it, how to read its stream, what to
 //! write to its stdin, and how to judge its end. Pure apart from finding the binary on PATH.
 
+pub mod acp;
+pub mod api_error;
 pub mod claude;
+pub mod codex;
 pub mod command;
+pub mod gemini;
 mod lenient;
+mod permission;
 mod program;
+pub mod tools;
 
 use std::fmt;
 use std::path::PathBuf;
 
-use herd_core::{Decoded, FailureReason, ResultInfo, Usage};
+use herd_core::{AgentEvent, Decoded, FailureReason, ResultInfo, Usage};
 
+pub use permission::{PermissionOption, PermissionRequest};
 pub use program::{ProgramNotFound, resolve_program};
+pub use tools::ToolName;
 
 pub use herd_core::BackendKind;
 
@@ -103,6 +111,11 @@ pub trait Decoder: Send + Sync {
     fn turns(&self) -> u32;
     /// Usage seen so far.
     fn usage(&self) -> Usage;
+    /// Bytes to write to the CLI's stdin now, after the lines decoded so far: a two-way protocol
+    /// (ACP) answers responses with its next request. Empty for one-way streams (the default).
+    fn take_stdin(&mut self) -> Vec<u8> {
+        Vec::new()
+    }
 }
 
 /// One agent CLI.
@@ -137,6 +150,20 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// herd for permissions at all.
     fn permission_answer(&self, _request_id: &str, _answer: &PermissionAnswer) -> Option<Vec<u8>> {
         None
+    }
+    /// The CLI's request to use a tool carried by `ev` (decoded from its stream), in neutral
+    /// terms, if `ev` is one and the CLI asks herd at all.
+    fn permission_request(&self, _ev: &AgentEvent) -> Option<PermissionRequest> {
+        None
+    }
+    /// The stdin message answering `req` (which may need more than its id: ACP answers with one
+    /// of the option ids the request offered).
+    fn answer_permission(
+        &self,
+        req: &PermissionRequest,
+        answer: &PermissionAnswer,
+    ) -> Option<Vec<u8>> {
+        self.permission_answer(&req.request_id, answer)
     }
     /// A fresh stream decoder.
     fn decoder(&self) -> Box<dyn Decoder>;

@@ -1,14 +1,22 @@
-//! herd-testkit: a scripted mock of the Anthropic Messages API on 127.0.0.1 that the real
-//! `claude` CLI can run against offline, plus helpers to find and configure that CLI in tests.
+//! herd-testkit: scripted mocks of the model APIs (Anthropic Messages, OpenAI Responses, Gemini)
+//! on 127.0.0.1 that the real agent CLIs run against offline, plus how tests find and set them up.
 
 mod anthropic;
-mod claude;
+mod bins;
 mod conversation;
+mod env;
+mod gemini;
 mod http;
+mod openai;
 mod script;
 mod server;
 
-pub use claude::{claude_bin, claude_env, require_claude};
+pub use bins::{
+    AgentCli, claude_bin, claude_code_acp_bin, codex_acp_bin, codex_bin, gemini_bin,
+    require_claude, require_claude_code_acp, require_codex, require_codex_acp, require_gemini,
+    skip_real_clis, tools_bin_dir,
+};
 pub use conversation::find_marker;
+pub use env::{CODEX_MOCK_MODEL, CODEX_MOCK_PROVIDER, claude_env, codex_env, gemini_env};
 pub use script::{Reply, Script, Turn};
-pub use server::{MockServer, RecordedRequest};
+pub use server::{Api, MockServer, RecordedRequest};

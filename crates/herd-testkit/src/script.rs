@@ -28,9 +28,12 @@ pub struct Turn {
 pub enum Reply {
     /// A plain text answer (`stop_reason: "end_turn"`).
     Text(String),
-    /// An optional text block followed by one `tool_use` block (`stop_reason: "tool_use"`).
+    /// An optional text block followed by one tool call (`stop_reason: "tool_use"`). `name` is
+    /// the tool as the CLI under test declares it (claude `Bash`, codex `exec_command`, gemini
+    /// `run_shell_command`). For the OpenAI Responses API a string `input` becomes a freeform
+    /// `custom_tool_call` (codex `apply_patch`), anything else a `function_call`.
     ToolUse { text: Option<String>, name: String, input: Value },
-    /// An HTTP error status with an Anthropic-style error body.
+    /// An HTTP error status with the API's own error body.
     HttpError { status: u16, message: String },
 }
 
@@ -127,6 +130,19 @@ impl Placeholders<'_> {
     pub fn render(&self, text: &str) -> String {
         text.replace("{{scenario}}", self.scenario)
             .replace("{{last_tool_result}}", self.last_tool_result)
+    }
+
+    /// The reply with every placeholder in its text and tool input filled in.
+    pub fn render_reply(&self, reply: Reply) -> Reply {
+        match reply {
+            Reply::Text(text) => Reply::Text(self.render(&text)),
+            Reply::ToolUse { text, name, input } => Reply::ToolUse {
+                text: text.map(|t| self.render(&t)),
+                name,
+                input: self.render_value(&input),
+            },
+            error @ Reply::HttpError { .. } => error,
+        }
     }
 
     /// Renders every string (not key) inside a JSON value.

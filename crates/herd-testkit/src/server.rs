@@ -1,5 +1,5 @@
-//! `MockServer`: the scripted Anthropic Messages endpoint on 127.0.0.1, served from its own
-//! thread and tokio runtime; routing, scenario lookup and the record of every request.
+//! `MockServer`: the scripted model APIs (Anthropic Messages, OpenAI Responses, Gemini) on
+//! 127.0.0.1, served from its own thread and tokio runtime; routing, turn playing, the record.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -10,21 +10,59 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use serde_json::{Value, json};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
 
 use crate::anthropic::{self, Block, Message};
-use crate::conversation;
 use crate::http::{Conn, ReadError, Request, Response};
 use crate::script::{Placeholders, Reply, Script, select_turn};
+use crate::{conversation, gemini, openai};
 
 /// A connection idle this long (no complete request) is closed.
 const IDLE_TIMEOUT: Duration = Duration::from_secs(300);
 
+/// Which model API a request spoke, by its path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Api {
+    /// `/v1/messages…` (claude).
+    Anthropic,
+    /// `/v1/responses` (codex, codex-acp).
+    OpenAiResponses,
+    /// `/v1beta/models/{model}:{action}` (gemini).
+    Gemini,
+    /// Anything else (answered 404, but recorded).
+    Other,
+}
+
+impl Api {
+    fn of(path: &str) -> Api {
+        if path.starts_with("/v1/messages") {
+            Api::Anthropic
+        } else if path == "/v1/responses" {
+            Api::OpenAiResponses
+        } else if gemini::route(path).is_some() {
+            Api::Gemini
+        } else {
+            Api::Other
+        }
+    }
+
+    fn scenario(self, body: &Value) -> Option<String> {
+        match self {
+            Api::Anthropic => conversation::scenario_marker(body),
+            Api::OpenAiResponses => openai::scenario_marker(body),
+            Api::Gemini => gemini::scenario_marker(body),
+            Api::Other => None,
+        }
+    }
+}
+
 /// One request the mock received.
 #[derive(Clone, Debug)]
 pub struct RecordedRequest {
+    /// The API the path belongs to.
+    pub api: Api,
     pub method: String,
     /// The path without the query string, e.g. `/v1/messages`.
     pub path: String,
@@ -36,7 +74,7 @@ pub struct RecordedRequest {
     pub body: Value,
     /// The `SCENARIO=` marker of the conversation, known scenario or not.
     pub scenario: Option<String>,
-    /// Whether the body asked for `"stream": true`.
+    /// Whether the answer was streamed (`"stream": true`, or Gemini's `:streamGenerateContent`).
     pub streaming: bool,
     pub received_at: Instant,
 }
@@ -47,9 +85,14 @@ impl RecordedRequest {
         self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
     }
 
-    /// How many assistant messages the conversation already held (= the turn index played).
+    /// How many model turns the conversation already held (= the turn index played).
     pub fn assistant_turns(&self) -> usize {
-        conversation::assistant_turns(&self.body)
+        match self.api {
+            Api::Anthropic => conversation::assistant_turns(&self.body),
+            Api::OpenAiResponses => openai::assistant_turns(&self.body),
+            Api::Gemini => gemini::assistant_turns(&self.body),
+            Api::Other => 0,
+        }
     }
 }
 
@@ -65,7 +108,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// The scripted Anthropic Messages API mock. Dropping it stops the server (the shared one lives
+/// The scripted model API mock (Anthropic, OpenAI Responses and Gemini on one port, routed
+/// by path; one set of scenarios for all). Dropping it stops the server (the shared one lives
 /// until the test binary exits).
 ///
 /// ```no_run
@@ -102,7 +146,7 @@ impl MockServer {
     pub fn start() -> MockServer {
         match Self::try_start() {
             Ok(server) => server,
-            Err(e) => panic!("herd-testkit: cannot start the mock Anthropic server: {e}"),
+            Err(e) => panic!("herd-testkit: cannot start the mock model server: {e}"),
         }
     }
 
@@ -116,15 +160,15 @@ impl MockServer {
         let (shutdown, shutdown_rx) = oneshot::channel();
         let thread_state = Arc::clone(&state);
         let thread = std::thread::Builder::new()
-            .name(format!("herd-mock-anthropic-{}", addr.port()))
+            .name(format!("herd-mock-model-{}", addr.port()))
             .spawn(move || {
-                runtime.block_on(async move {
-                    match TcpListener::from_std(std_listener) {
-                        Ok(listener) => accept_loop(listener, thread_state, shutdown_rx).await,
-                        Err(e) => eprintln!("herd-testkit mock: cannot register listener: {e}"),
-                    }
-                });
-            })?;
+            runtime.block_on(async move {
+                match TcpListener::from_std(std_listener) {
+                    Ok(listener) => accept_loop(listener, thread_state, shutdown_rx).await,
+                    Err(e) => eprintln!("herd-testkit mock: cannot register listener: {e}"),
+                }
+            });
+        })?;
         Ok(MockServer { addr, state, shutdown: Some(shutdown), thread: Some(thread) })
     }
 
@@ -220,11 +264,17 @@ async fn handle(state: &State, request: Request) -> Response {
         Some((path, query)) => (path.to_owned(), Some(query.to_owned())),
         None => (request.target.clone(), None),
     };
+    let api = Api::of(&path);
     let body: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
-    let scenario = conversation::scenario_marker(&body);
-    let streaming = body.get("stream").and_then(Value::as_bool) == Some(true);
+    let scenario = api.scenario(&body);
+    let gemini_route = gemini::route(&path);
+    let streaming = match &gemini_route {
+        Some((_, action)) => *action == gemini::Action::StreamGenerate,
+        None => body.get("stream").and_then(Value::as_bool) == Some(true),
+    };
     let body_len = request.body.len();
     lock(&state.requests).push(RecordedRequest {
+        api,
         method: request.method.clone(),
         path: path.clone(),
         query,
@@ -234,64 +284,100 @@ async fn handle(state: &State, request: Request) -> Response {
         streaming,
         received_at: Instant::now(),
     });
+    let scenario = scenario.as_deref();
 
-    match (request.method.as_str(), path.as_str()) {
-        ("POST", "/v1/messages") if body.is_object() => {
-            messages(state, &body, scenario.as_deref(), streaming).await
+    match (request.method.as_str(), api) {
+        ("POST", _) if api != Api::Other && !body.is_object() => {
+            let message = "mock: request body is not a JSON object";
+            Response::json(400, &error_json(api, 400, message))
         }
-        ("POST", "/v1/messages") => Response::json(
-            400,
-            &anthropic::error_json(400, "mock: request body is not a JSON object"),
-        ),
-        ("POST", "/v1/messages/count_tokens") => {
+        ("POST", Api::Anthropic) if path == "/v1/messages" => {
+            messages(state, &body, scenario, streaming).await
+        }
+        ("POST", Api::Anthropic) if path == "/v1/messages/count_tokens" => {
             Response::json(200, &anthropic::count_tokens_json(body_len))
+        }
+        ("POST", Api::OpenAiResponses) => responses(state, &body, scenario, streaming).await,
+        ("POST", Api::Gemini) if let Some((model, action)) = gemini_route => {
+            generate(state, &body, scenario, &model, action).await
         }
         (method, _) => Response::json(
             404,
-            &anthropic::error_json(404, &format!("mock: no route for {method} {path}")),
+            &error_json(api, 404, &format!("mock: no route for {method} {path}")),
         ),
     }
 }
 
+fn error_json(api: Api, status: u16, message: &str) -> Value {
+    match api {
+        Api::OpenAiResponses => openai::error_json(status, message),
+        Api::Gemini => gemini::error_json(status, message),
+        Api::Anthropic | Api::Other => anthropic::error_json(status, message),
+    }
+}
+
+/// The scripted reply for a request holding `assistant_turns` model turns, placeholders filled,
+/// after the turn's delay.
+async fn play(
+    state: &State,
+    scenario: Option<&str>,
+    assistant_turns: usize,
+    last_tool_result: Option<String>,
+) -> Reply {
+    let turn = {
+        let scripts = lock(&state.scripts);
+        let script = scenario.and_then(|name| scripts.get(name));
+        select_turn(scenario, script, assistant_turns)
+    };
+    if !turn.delay.is_zero() {
+        tokio::time::sleep(turn.delay).await;
+    }
+    let last_tool_result = last_tool_result.unwrap_or_default();
+    Placeholders { scenario: scenario.unwrap_or(""), last_tool_result: &last_tool_result }
+        .render_reply(turn.reply)
+}
+
+fn next_id(state: &State) -> u64 {
+    state.ids.fetch_add(1, Ordering::Relaxed)
+}
+
+fn model_of(body: &Value, default: &str) -> String {
+    body.get("model").and_then(Value::as_str).unwrap_or(default).to_owned()
+}
+
+/// `POST /v1/messages`: the Anthropic Messages API.
 async fn messages(
     state: &State,
     body: &Value,
     scenario: Option<&str>,
     streaming: bool,
 ) -> Response {
-    let turn = {
-        let scripts = lock(&state.scripts);
-        let script = scenario.and_then(|name| scripts.get(name));
-        select_turn(scenario, script, conversation::assistant_turns(body))
-    };
-    if !turn.delay.is_zero() {
-        tokio::time::sleep(turn.delay).await;
-    }
-
-    let next_id = || state.ids.fetch_add(1, Ordering::Relaxed);
-    let request_id = format!("req_mock_{}", next_id());
-    let last_tool_result = conversation::last_tool_result(body).unwrap_or_default();
-    let placeholders =
-        Placeholders { scenario: scenario.unwrap_or(""), last_tool_result: &last_tool_result };
-    let blocks = match turn.reply {
+    let reply = play(
+        state,
+        scenario,
+        conversation::assistant_turns(body),
+        conversation::last_tool_result(body),
+    )
+    .await;
+    let request_id = format!("req_mock_{}", next_id(state));
+    let blocks = match reply {
         Reply::HttpError { status, message } => {
             return Response::json(status, &anthropic::error_json(status, &message))
                 .with_header("request-id", request_id);
         }
-        Reply::Text(text) => vec![Block::Text(placeholders.render(&text))],
+        Reply::Text(text) => vec![Block::Text(text)],
         Reply::ToolUse { text, name, input } => {
-            let mut blocks: Vec<Block> =
-                text.iter().map(|t| Block::Text(placeholders.render(t))).collect();
+            let mut blocks: Vec<Block> = text.into_iter().map(Block::Text).collect();
             blocks.push(Block::ToolUse {
-                id: format!("toolu_mock_{}", next_id()),
+                id: format!("toolu_mock_{}", next_id(state)),
                 name,
-                input: placeholders.render_value(&input),
+                input,
             });
             blocks
         }
     };
-    let model = body.get("model").and_then(Value::as_str).unwrap_or("claude-mock").to_owned();
-    let message = Message { id: format!("msg_mock_{}", next_id()), model, blocks };
+    let model = model_of(body, "claude-mock");
+    let message = Message { id: format!("msg_mock_{}", next_id(state)), model, blocks };
     let response = if streaming {
         Response::new(200, "text/event-stream; charset=utf-8", message.to_sse())
             .with_header("cache-control", "no-cache")
@@ -299,4 +385,81 @@ async fn messages(
         Response::json(200, &message.to_json())
     };
     response.with_header("request-id", request_id)
+}
+
+/// `POST /v1/responses`: the OpenAI Responses API.
+async fn responses(
+    state: &State,
+    body: &Value,
+    scenario: Option<&str>,
+    streaming: bool,
+) -> Response {
+    let reply =
+        play(state, scenario, openai::assistant_turns(body), openai::last_tool_result(body)).await;
+    let request_id = format!("req_mock_{}", next_id(state));
+    if let Reply::HttpError { status, message } = &reply {
+        return Response::json(*status, &openai::error_json(*status, message))
+            .with_header("x-request-id", request_id);
+    }
+    let id = format!("resp_mock_{}", next_id(state));
+    let Some(response) =
+        openai::Response::from_reply(id, model_of(body, "gpt-mock"), reply, || next_id(state))
+    else {
+        return Response::json(500, &openai::error_json(500, "mock: no response"));
+    };
+    let out = if streaming {
+        Response::new(200, "text/event-stream; charset=utf-8", response.to_sse())
+            .with_header("cache-control", "no-cache")
+    } else {
+        Response::json(200, &response.to_json())
+    };
+    out.with_header("x-request-id", request_id)
+}
+
+/// `POST /v1beta/models/{model}:{action}`: the Gemini API. Streamed calls play the script;
+/// one-shot JSON calls (the model router, …) get a value of their schema; other one-shot calls
+/// (session summaries) a fixed text.
+async fn generate(
+    state: &State,
+    body: &Value,
+    scenario: Option<&str>,
+    model: &str,
+    action: gemini::Action,
+) -> Response {
+    let response_id = format!("mock_{}", next_id(state));
+    match action {
+        gemini::Action::StreamGenerate => {
+            let reply = play(
+                state,
+                scenario,
+                gemini::assistant_turns(body),
+                gemini::last_tool_result(body),
+            )
+            .await;
+            if let Reply::HttpError { status, message } = &reply {
+                return Response::json(*status, &gemini::error_json(*status, message));
+            }
+            match gemini::Answer::from_reply(model.to_owned(), response_id, reply) {
+                Some(a) => Response::new(200, "text/event-stream", a.to_sse()),
+                None => Response::json(500, &gemini::error_json(500, "mock: no answer")),
+            }
+        }
+        gemini::Action::Generate => {
+            let text = match gemini::json_schema(body) {
+                Some(schema) => gemini::value_for_schema(schema).to_string(),
+                None => "mock summary".to_owned(),
+            };
+            Response::json(
+                200,
+                &gemini::Answer::text(model.to_owned(), response_id, text).to_json(),
+            )
+        }
+        gemini::Action::CountTokens => {
+            Response::json(200, &json!({"totalTokens": (body.to_string().len() / 4).max(1)}))
+        }
+        gemini::Action::Other(other) => Response::json(
+            404,
+            &gemini::error_json(404, &format!("mock: no Gemini action {other}")),
+        ),
+    }
 }

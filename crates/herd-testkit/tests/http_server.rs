@@ -1,11 +1,11 @@
-//! The mock over raw HTTP/1.1 sockets (no claude needed): routing, framing, keep-alive,
+//! The mock over raw HTTP/1.1 sockets (no CLI needed): routing of the three APIs, framing, keep-alive,
 //! error handling, delays and lifecycle.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use herd_testkit::{MockServer, Script};
+use herd_testkit::{Api, MockServer, Script};
 use serde_json::{Value, json};
 
 struct Resp {
@@ -299,4 +299,124 @@ async fn starts_inside_a_tokio_runtime_and_stops_on_drop() {
     .unwrap();
     assert_eq!(resp, 200);
     assert!(TcpStream::connect(addr).is_err(), "listener closed after drop");
+}
+
+#[test]
+fn openai_responses_route_plays_the_same_scripts() {
+    let mock = MockServer::shared();
+    mock.script(
+        "http-openai",
+        Script::new()
+            .tool_use("exec_command", json!({"cmd": "echo {{scenario}}"}))
+            .tool_use("apply_patch", json!("*** Begin Patch\n*** End Patch\n"))
+            .text("last={{last_tool_result}}")
+            .error(500, "mock: forced 500"),
+    );
+    let user = json!({"type": "message", "role": "user",
+        "content": [{"type": "input_text", "text": "SCENARIO=http-openai go"}]});
+    let mut input = vec![user];
+    let first =
+        post(mock, "/v1/responses", &json!({"model": "gpt-x", "stream": true, "input": input}));
+    assert_eq!(first.status, 200);
+    assert!(first.header("content-type").unwrap().starts_with("text/event-stream"));
+    let events = sse_events(&first.text());
+    let done = events.last().unwrap();
+    assert_eq!(done["type"], "response.completed");
+    let call = &done["response"]["output"][0];
+    assert_eq!(
+        (call["type"].as_str(), call["name"].as_str()),
+        (Some("function_call"), Some("exec_command"))
+    );
+    assert_eq!(
+        serde_json::from_str::<Value>(call["arguments"].as_str().unwrap()).unwrap(),
+        json!({"cmd": "echo http-openai"})
+    );
+
+    input.push(call.clone());
+    input.push(
+        json!({"type": "function_call_output", "call_id": call["call_id"], "output": "out-1"}),
+    );
+    let second = post(mock, "/v1/responses", &json!({"model": "gpt-x", "input": input})).json();
+    let patch = &second["output"][0];
+    assert_eq!(
+        (patch["type"].as_str(), patch["input"].as_str()),
+        (Some("custom_tool_call"), Some("*** Begin Patch\n*** End Patch\n"))
+    );
+
+    input.push(patch.clone());
+    input.push(json!({"type": "custom_tool_call_output", "call_id": patch["call_id"], "output": "patched"}));
+    let third = post(mock, "/v1/responses", &json!({"model": "gpt-x", "input": input})).json();
+    assert_eq!(third["output"][0]["content"][0]["text"], "last=patched");
+
+    input.push(third["output"][0].clone());
+    input.push(json!({"type": "message", "role": "user", "content": [{"type": "input_text", "text": "more"}]}));
+    let failed = post(mock, "/v1/responses", &json!({"model": "gpt-x", "input": input}));
+    assert_eq!(failed.status, 500);
+    assert_eq!(failed.json()["error"]["message"], "mock: forced 500");
+
+    let recorded = mock.requests_for("http-openai");
+    assert_eq!(recorded.iter().map(|r| r.assistant_turns()).collect::<Vec<_>>(), [0, 1, 2, 3]);
+    assert!(recorded.iter().all(|r| r.api == Api::OpenAiResponses));
+    assert!(recorded[0].streaming && !recorded[1].streaming);
+}
+
+#[test]
+fn gemini_routes_stream_scripts_and_answer_side_calls() {
+    let mock = MockServer::shared();
+    mock.script(
+        "http-gemini",
+        Script::new()
+            .text_and_tool_use("calling", "run_shell_command", json!({"command": "ls"}))
+            .text("last={{last_tool_result}}"),
+    );
+    let user = json!({"role": "user", "parts": [{"text": "SCENARIO=http-gemini go"}]});
+    let path = "/v1beta/models/gemini-x:streamGenerateContent?alt=sse";
+    let first = post(mock, path, &json!({"contents": [user]}));
+    assert_eq!(first.status, 200);
+    let chunks: Vec<Value> = first
+        .text()
+        .split("\r\n\r\n")
+        .filter(|c| !c.is_empty())
+        .map(|c| serde_json::from_str(c.strip_prefix("data: ").unwrap()).unwrap())
+        .collect();
+    let last = chunks.last().unwrap();
+    assert_eq!(last["candidates"][0]["finishReason"], "STOP");
+    let call = last["candidates"][0]["content"]["parts"][0]["functionCall"].clone();
+    assert_eq!(call, json!({"name": "run_shell_command", "args": {"command": "ls"}}));
+
+    let history = json!({"contents": [user,
+        {"role": "model", "parts": [{"functionCall": call}]},
+        {"role": "user", "parts": [{"functionResponse": {"name": "run_shell_command", "response": {"output": "a.txt"}}}]}]});
+    let second: String = post(mock, path, &history)
+        .text()
+        .split("\r\n\r\n")
+        .filter(|c| !c.is_empty())
+        .map(|c| serde_json::from_str::<Value>(c.strip_prefix("data: ").unwrap()).unwrap())
+        .map(|c| c["candidates"][0]["content"]["parts"][0]["text"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(second, r#"last={"output":"a.txt"}"#);
+    assert!(
+        second.contains(r#"last={\"output\":\"a.txt\"}"#) || second.contains("a.txt"),
+        "{second}"
+    );
+
+    let router = json!({"contents": [user], "generationConfig": {"responseMimeType": "application/json",
+        "responseJsonSchema": {"type": "OBJECT", "properties": {"complexity_score": {"type": "INTEGER"}}}}});
+    let side = post(mock, "/v1beta/models/gemini-lite:generateContent", &router).json();
+    let text = side["candidates"][0]["content"]["parts"][0]["text"].as_str().unwrap();
+    assert_eq!(serde_json::from_str::<Value>(text).unwrap(), json!({"complexity_score": 0}));
+    let count =
+        post(mock, "/v1beta/models/gemini-x:countTokens", &json!({"contents": [user]})).json();
+    assert!(count["totalTokens"].as_u64().unwrap() > 0);
+    let unknown = post(mock, "/v1beta/models/gemini-x:embedContent", &json!({}));
+    assert_eq!(
+        (unknown.status, unknown.json()["error"]["status"].as_str()),
+        (404, Some("NOT_FOUND"))
+    );
+
+    let recorded = mock.requests_for("http-gemini");
+    assert!(recorded.iter().all(|r| r.api == Api::Gemini));
+    let streamed: Vec<_> = recorded.iter().filter(|r| r.streaming).collect();
+    assert_eq!(streamed.iter().map(|r| r.assistant_turns()).collect::<Vec<_>>(), [0, 1]);
+    assert_eq!(streamed[0].query.as_deref(), Some("alt=sse"));
 }

@@ -6,7 +6,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::Decoder;
-use crate::lenient::{Lenient, Scalar};
+use crate::lenient::{Lenient, Scalar, not_typed};
 
 type LStr = Scalar<String>;
 
@@ -138,21 +138,6 @@ impl Decoder for ClaudeDecoder {
     fn usage(&self) -> Usage {
         self.usage
     }
-}
-
-/// A line that did not fit `Line`: valid JSON of another shape is `Unknown`, the rest an error.
-fn not_typed(line: &[u8], err: &serde_json::Error) -> AgentEvent {
-    if serde_json::from_slice::<serde::de::IgnoredAny>(line).is_ok() {
-        AgentEvent::Unknown { raw: String::from_utf8_lossy(line).into_owned() }
-    } else {
-        AgentEvent::DecodeError { error: err.to_string(), preview: preview(line) }
-    }
-}
-
-/// At most 200 bytes of a line, lossily as text.
-pub(crate) fn preview(line: &[u8]) -> String {
-    let s = String::from_utf8_lossy(&line[..line.len().min(200)]);
-    s.into_owned()
 }
 
 fn unknown(line: &[u8]) -> AgentEvent {

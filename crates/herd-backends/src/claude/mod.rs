@@ -5,12 +5,12 @@ mod decode;
 
 pub use decode::ClaudeDecoder;
 
-use herd_core::{FailureReason, ResultInfo, ResultKind};
-use serde_json::json;
+use herd_core::{AgentEvent, FailureReason, ResultInfo, ResultKind};
+use serde_json::{Value, json};
 
 use crate::{
-    Backend, BackendError, BackendKind, Decoder, Exit, Invocation, PermissionAnswer, RunSpec,
-    Verdict,
+    Backend, BackendError, BackendKind, Decoder, Exit, Invocation, PermissionAnswer,
+    PermissionRequest, RunSpec, ToolName, Verdict,
 };
 
 /// The Claude Code version herd was tested with.
@@ -68,6 +68,10 @@ impl Backend for Claude {
         .unwrap_or_default();
         m.push(b'\n');
         Some(m)
+    }
+
+    fn permission_request(&self, ev: &AgentEvent) -> Option<PermissionRequest> {
+        permission_request(ev)
     }
 
     fn permission_answer(&self, request_id: &str, answer: &PermissionAnswer) -> Option<Vec<u8>> {
@@ -168,6 +172,26 @@ fn claude_tool_name(normalised: &str, tools: Option<&[String]>) -> String {
         .unwrap_or_else(|| normalised.to_owned())
 }
 
+/// The tool call in a `control_request` of subtype `can_use_tool` (protocols.md §1.2): claude's
+/// names are herd's vocabulary already; `agent_id` is set inside claude's own subagents.
+pub fn permission_request(ev: &AgentEvent) -> Option<PermissionRequest> {
+    let AgentEvent::ControlRequest { request_id, subtype, request } = ev else { return None };
+    if subtype != "can_use_tool" {
+        return None;
+    }
+    let s = |k: &str| request.get(k).and_then(Value::as_str).map(str::to_owned);
+    let tool = s("tool_name")?;
+    Some(PermissionRequest {
+        request_id: request_id.clone(),
+        tool: ToolName { claude: tool.clone(), native: tool },
+        input: request.get("input").cloned().unwrap_or(Value::Object(Default::default())),
+        tool_use_id: s("tool_use_id"),
+        agent_id: s("agent_id"),
+        title: s("description"),
+        options: Vec::new(),
+    })
+}
+
 /// A stream-json user message carrying `text`, newline-terminated.
 pub fn user_message(text: &str) -> Vec<u8> {
     let mut m = serde_json::to_vec(&json!({
@@ -234,6 +258,54 @@ mod tests {
         // Nothing to ask about: no settings layer.
         let plain = RunSpec { ask_first: vec![], ..spec };
         assert!(!args(&plain).contains(&"--settings".to_owned()));
+    }
+
+    #[test]
+    fn can_use_tool_requests_become_permission_requests() {
+        // protocols.md §1.2, verbatim (main agent, then inside a subagent).
+        let lines = [
+            r#"{"type":"control_request","request_id":"b8d0165a-4935-4cfe-829c-f031b49b8f12","request":{"subtype":"can_use_tool","tool_name":"Bash","display_name":"Bash","input":{"command":"rm -rf /repo/nonexistent-dir","description":"Delete a dir"},"description":"Delete a dir","permission_suggestions":[],"blocked_path":"/repo/nonexistent-dir","tool_use_id":"toolu_mock_rm_0"}}"#,
+            r#"{"type":"control_request","request_id":"867f2255-6ca0-4267-8e84-03250aad3ef7","request":{"subtype":"can_use_tool","tool_name":"Bash","display_name":"Bash","input":{"command":"touch /repo/sub-touched.txt","description":"Sub touch"},"description":"Sub touch","permission_suggestions":[],"blocked_path":"/repo/sub-touched.txt","tool_use_id":"toolu_mock_subtouch_0","agent_id":"a29fd4f515bcc2ae7"}}"#,
+        ];
+        let mut decoder = Claude.decoder();
+        let mut out = Vec::new();
+        for l in lines {
+            decoder.decode(l.as_bytes(), &mut out);
+        }
+        let reqs: Vec<PermissionRequest> =
+            out.iter().filter_map(|d| Claude.permission_request(&d.event)).collect();
+        assert_eq!(reqs.len(), 2);
+        assert_eq!(reqs[0].request_id, "b8d0165a-4935-4cfe-829c-f031b49b8f12");
+        assert_eq!(reqs[0].tool, ToolName { claude: "Bash".into(), native: "Bash".into() });
+        assert_eq!(reqs[0].input["command"], "rm -rf /repo/nonexistent-dir");
+        assert_eq!(reqs[0].tool_use_id.as_deref(), Some("toolu_mock_rm_0"));
+        assert_eq!(
+            (reqs[0].agent_id.as_deref(), reqs[0].title.as_deref()),
+            (None, Some("Delete a dir"))
+        );
+        assert_eq!(reqs[1].agent_id.as_deref(), Some("a29fd4f515bcc2ae7"));
+
+        // The answer is the same control_response as `permission_answer`.
+        let allow = PermissionAnswer::Allow { input: reqs[0].input.clone() };
+        assert_eq!(
+            Claude.answer_permission(&reqs[0], &allow),
+            Claude.permission_answer(&reqs[0].request_id, &allow)
+        );
+
+        // Not a tool call, or no tool name: no request.
+        let other = AgentEvent::ControlRequest {
+            request_id: "r".into(),
+            subtype: "hook_callback".into(),
+            request: json!({"tool_name": "Bash"}),
+        };
+        assert!(Claude.permission_request(&other).is_none());
+        let nameless = AgentEvent::ControlRequest {
+            request_id: "r".into(),
+            subtype: "can_use_tool".into(),
+            request: json!({"input": {}}),
+        };
+        assert!(Claude.permission_request(&nameless).is_none());
+        assert!(Claude.permission_request(&AgentEvent::Text { text: "x".into() }).is_none());
     }
 
     #[test]

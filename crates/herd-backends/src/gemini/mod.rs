@@ -1,0 +1,181 @@
+//! The Gemini backend: `gemini -p … -o stream-json` (protocols.md §3): argv, the settings a run
+//! needs (turn limit), the verdict; decoding is in `decode`. Not yet a `BackendKind`.
+
+mod decode;
+
+pub use decode::GeminiDecoder;
+
+use herd_core::{FailureReason, ResultInfo, ResultKind};
+use serde_json::{Value, json};
+
+use crate::{Exit, RunSpec, Verdict};
+
+/// The gemini-cli version herd was tested with.
+pub const TESTED_VERSION: &str = "0.61.0";
+
+/// The variable that overrides the binary's location.
+pub const PROGRAM_OVERRIDE_VAR: &str = "HERD_GEMINI_BIN";
+
+/// Prefixes of the variables gemini needs passed through (`GEMINI_API_KEY`,
+/// `GOOGLE_GEMINI_BASE_URL`, `GEMINI_CLI_*`, `GOOGLE_*` for Vertex).
+pub const ENV_PREFIXES: &[&str] = &["GEMINI_", "GOOGLE_"];
+
+/// Variables herd should set for every gemini run (protocols.md §3.0, §3.5): a trusted
+/// workspace (else rc 55), and no self re-spawn, so signals reach the process that works.
+pub const REQUIRED_ENV: &[(&str, &str)] =
+    &[("GEMINI_CLI_TRUST_WORKSPACE", "true"), ("GEMINI_CLI_NO_RELAUNCH", "true")];
+
+/// The variable naming a settings file that outranks the user's; herd writes
+/// [`system_settings`] there.
+pub const SYSTEM_SETTINGS_VAR: &str = "GEMINI_CLI_SYSTEM_SETTINGS_PATH";
+
+/// Exit code of a run stopped by `model.maxSessionTurns` (FatalTurnLimitedError).
+pub const EXIT_TURN_LIMIT: i32 = 53;
+
+/// A Claude allow rule as a gemini `--allowed-tools` entry: `Bash(cargo test *)` ->
+/// `run_shell_command(cargo test)` (gemini matches a command prefix), `Write` -> `write_file`.
+/// `None` for rules gemini cannot express (a pattern with a wildcard inside, unknown tools).
+pub fn allowed_tool(rule: &str) -> Option<String> {
+    let (tool, pattern) = match rule.split_once('(') {
+        Some((t, rest)) => (t.trim(), Some(rest.strip_suffix(')')?)),
+        None => (rule.trim(), None),
+    };
+    let native = match tool.to_ascii_lowercase().as_str() {
+        "bash" => "run_shell_command",
+        "write" => "write_file",
+        "edit" | "multiedit" => "replace",
+        "read" => "read_file",
+        "glob" => "glob",
+        "grep" => "grep_search",
+        "webfetch" => "web_fetch",
+        "websearch" => "google_web_search",
+        _ => return None,
+    };
+    match pattern.map(str::trim) {
+        None | Some("*") | Some("") => Some(native.to_owned()),
+        Some(p) if native == "run_shell_command" => {
+            let prefix =
+                p.strip_suffix(":*").or_else(|| p.strip_suffix('*')).unwrap_or(p).trim_end();
+            (!prefix.is_empty() && !prefix.contains('*')).then(|| format!("{native}({prefix})"))
+        }
+        Some(_) => None,
+    }
+}
+
+/// The argv after the program name (protocols.md §3.0–§3.4):
+/// `--prompt=PROMPT -o stream-json [-m M] [--allowed-tools T]… [--resume ID]`.
+///
+/// `--prompt=` keeps a prompt that starts with `-` a prompt. In `-p` mode gemini never asks:
+/// a tool needing approval is removed from what the model may call, so herd's allow rules
+/// become `--allowed-tools` (see [`allowed_tool`]); the approval mode stays `default`.
+/// The turn limit is a setting, not a flag: see [`system_settings`]. gemini has no flag to
+/// append to its system prompt (`GEMINI_SYSTEM_MD` replaces it whole); herd does not pass
+/// `append_system_prompt`.
+pub fn args(spec: &RunSpec) -> Vec<String> {
+    let mut a = vec![format!("--prompt={}", spec.prompt), "-o".into(), "stream-json".into()];
+    if let Some(m) = &spec.model {
+        a.push("-m".into());
+        a.push(m.clone());
+    }
+    for tool in spec.allow.iter().filter_map(|r| allowed_tool(r)) {
+        a.push("--allowed-tools".into());
+        a.push(tool);
+    }
+    if let Some(r) = &spec.resume {
+        a.push("--resume".into());
+        a.push(r.clone());
+    }
+    a
+}
+
+/// The system settings a run needs (write them to a file named by [`SYSTEM_SETTINGS_VAR`]):
+/// `model.maxSessionTurns` for `max_turns`; `None` when the run needs none.
+pub fn system_settings(spec: &RunSpec) -> Option<Value> {
+    spec.max_turns.map(|n| json!({"model": {"maxSessionTurns": n}}))
+}
+
+/// gemini reads its prompt from the command line; stdin gets `/dev/null` (anything piped is
+/// prepended to the prompt).
+pub fn initial_stdin(_spec: &RunSpec) -> Vec<u8> {
+    Vec::new()
+}
+
+/// Success is a `result` with status `success`: SIGTERM/SIGINT end gemini with rc 0 and no
+/// `result` (protocols.md §3.5), which is a failure. An API error carries its HTTP status (the
+/// exit code is that status mod 256); the turn limit is `MaxTurns`.
+pub fn verdict(result: Option<&ResultInfo>, exit: Exit) -> Verdict {
+    let Some(r) = result else {
+        return Verdict::Failed(FailureReason::NoResult {
+            exit_code: match exit {
+                Exit::Code(c) => Some(c),
+                Exit::Signal(_) => None,
+            },
+        });
+    };
+    let message = || r.errors.last().cloned().or_else(|| r.text.clone()).unwrap_or_default();
+    match (&r.subtype, r.is_error) {
+        (ResultKind::Success, false) => Verdict::Completed,
+        (ResultKind::ErrorMaxTurns, _) => Verdict::Failed(FailureReason::MaxTurns),
+        _ if r.api_error_status.is_some() => Verdict::Failed(FailureReason::ApiError {
+            status: r.api_error_status,
+            message: message(),
+        }),
+        _ => Verdict::Failed(FailureReason::AgentError { message: message() }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn allow_rules_become_allowed_tools() {
+        assert_eq!(allowed_tool("Bash").as_deref(), Some("run_shell_command"));
+        assert_eq!(
+            allowed_tool("Bash(cargo test *)").as_deref(),
+            Some("run_shell_command(cargo test)")
+        );
+        assert_eq!(
+            allowed_tool("Bash(git diff:*)").as_deref(),
+            Some("run_shell_command(git diff)")
+        );
+        assert_eq!(allowed_tool("Bash(echo)").as_deref(), Some("run_shell_command(echo)"));
+        assert_eq!(allowed_tool("Bash(rm * -rf)"), None);
+        assert_eq!(allowed_tool("Bash(*)").as_deref(), Some("run_shell_command"));
+        assert_eq!(allowed_tool("Write").as_deref(), Some("write_file"));
+        assert_eq!(allowed_tool("Edit(src/**)"), None);
+        assert_eq!(allowed_tool("mcp__srv__x"), None);
+        assert_eq!(allowed_tool("Bash(unclosed"), None);
+    }
+
+    #[test]
+    fn argv_and_settings() {
+        let spec = RunSpec {
+            prompt: "-p looks like a flag".into(),
+            model: Some("gemini-2.5-flash".into()),
+            allow: vec!["Bash(echo *)".into(), "Edit".into(), "Weird(x)".into()],
+            resume: Some("sess-1".into()),
+            max_turns: Some(4),
+            ..RunSpec::default()
+        };
+        assert_eq!(
+            args(&spec),
+            [
+                "--prompt=-p looks like a flag",
+                "-o",
+                "stream-json",
+                "-m",
+                "gemini-2.5-flash",
+                "--allowed-tools",
+                "run_shell_command(echo)",
+                "--allowed-tools",
+                "replace",
+                "--resume",
+                "sess-1",
+            ]
+        );
+        assert_eq!(system_settings(&spec), Some(json!({"model": {"maxSessionTurns": 4}})));
+        assert_eq!(system_settings(&RunSpec::default()), None);
+        assert!(initial_stdin(&spec).is_empty());
+    }
+}

@@ -1,0 +1,16 @@
+//! Fuzz target: the codex `exec --json` decoder never panics, whatever the bytes, line by line.
+//! Run: `cargo fuzz run codex_decoder` (needs cargo-fuzz and a nightly or RUSTC_BOOTSTRAP=1).
+#![no_main]
+
+use herd_backends::Decoder;
+use herd_backends::codex::CodexDecoder;
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let mut decoder = CodexDecoder::default();
+    let mut out = Vec::new();
+    for line in data.split(|&b| b == b'\n') {
+        decoder.decode(line, &mut out);
+    }
+    let _ = (decoder.turns(), decoder.usage());
+});
