@@ -219,6 +219,7 @@ fn request(a: TaskArgs) -> anyhow::Result<TaskRequest> {
             resume: None,
             command: a.command,
             ask_first: Vec::new(),
+            trust_project_settings: false,
         },
         cwd,
         env: a.env,

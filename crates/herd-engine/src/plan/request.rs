@@ -51,6 +51,7 @@ pub(super) fn step_request(
             resume: None,
             command: f.command.clone().unwrap_or_default(),
             ask_first: Vec::new(),
+            trust_project_settings: false,
         },
         cwd,
         env: overlay
