@@ -1,5 +1,6 @@
 //! The project's `.herd/config.yml`: the default agent CLI, permission rules every run starts
-//! from, how long a call waits for a person, and lifecycle hooks. Errors name file and field.
+//! from, how long a call waits for a person, lifecycle hooks, the sandbox and whether the agent
+//! CLIs load the repository's own settings. Errors name file and field.
 
 use std::path::{Path, PathBuf};
 
@@ -8,6 +9,7 @@ use herd_core::plan::parse_duration;
 use serde::Deserialize;
 
 use crate::gate::{DEFAULT_HOOK_TIMEOUT, HookDef, HookEvent, Permissions};
+use crate::sandbox::{Confinement, SandboxMode};
 
 /// `.herd/config.yml` as written.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -20,6 +22,17 @@ pub struct ProjectConfig {
     /// Hooks by event: `PreToolUse`, `PostToolUse`, `SubagentStart`, `SubagentStop`.
     #[serde(default)]
     pub hooks: HookSpecs,
+    /// The filesystem sandbox: `auto` (default: where the host has bubblewrap), `required`,
+    /// `off`.
+    #[serde(default)]
+    pub sandbox: SandboxMode,
+    /// Let the agent CLIs load the repository's own settings (claude: `.claude/settings*.json`,
+    /// `.mcp.json`). Off: a repository's hooks and permission rules do not run on `herd task`.
+    #[serde(default)]
+    pub trust_project_settings: bool,
+    /// Where this file's project is (its `.herd/` is never writable to an agent).
+    #[serde(skip)]
+    pub root: Option<PathBuf>,
 }
 
 /// The `permissions:` section.
@@ -55,13 +68,19 @@ pub fn load(root: &Path) -> Result<ProjectConfig, ConfigError> {
     let err = |message: String| ConfigError { file: path.display().to_string(), message };
     let text = match std::fs::read_to_string(&path) {
         Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(ProjectConfig::default()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Ok(ProjectConfig {
+                root: Some(root.to_path_buf()),
+                ..ProjectConfig::default()
+            });
+        }
         Err(e) => return Err(err(e.to_string())),
     };
     if text.trim().is_empty() {
-        return Ok(ProjectConfig::default());
+        return Ok(ProjectConfig { root: Some(root.to_path_buf()), ..ProjectConfig::default() });
     }
-    let cfg: ProjectConfig = serde_saphyr::from_str(&text).map_err(|e| err(e.to_string()))?;
+    let mut cfg: ProjectConfig = serde_saphyr::from_str(&text).map_err(|e| err(e.to_string()))?;
+    cfg.root = Some(root.to_path_buf());
     // Check everything now, so a bad rule is reported before any run starts.
     cfg.permissions().map_err(err)?;
     Ok(cfg)
@@ -86,6 +105,13 @@ impl ProjectConfig {
                 parse_duration(t).map_err(|e| format!("permissions.ask_timeout: {e}"))?;
         }
         perms.hooks = hook_defs(&self.hooks)?;
+        perms.confine = Confinement {
+            mode: self.sandbox,
+            trust_project_settings: self.trust_project_settings,
+            protect: self.root.iter().map(|r| r.join(".herd")).collect(),
+        };
+        // `sandbox: required` where there is none stops every command that would run an agent.
+        perms.confine.check()?;
         Ok(perms)
     }
 }
@@ -150,5 +176,20 @@ mod tests {
         let (d, ok) = write("");
         assert!(ok.is_ok());
         assert!(load(&d.path().join("nowhere")).is_ok());
+    }
+
+    #[test]
+    fn sandbox_and_project_settings_keys() {
+        let (d, cfg) = write("sandbox: off\ntrust_project_settings: true\n");
+        let p = cfg.unwrap().permissions().unwrap();
+        assert_eq!(p.confine.mode, SandboxMode::Off);
+        assert!(p.confine.trust_project_settings);
+        assert_eq!(p.confine.protect, [d.path().join(".herd")]);
+        let (_d, cfg) = write("");
+        let p = cfg.unwrap().permissions().unwrap();
+        assert_eq!((p.confine.mode, p.confine.trust_project_settings), (SandboxMode::Auto, false));
+        let (_d, e) = write("sandbox: sometimes\n");
+        let e = e.unwrap_err().to_string();
+        assert!(e.contains("config.yml") && e.contains("sometimes"), "{e}");
     }
 }

@@ -9,6 +9,7 @@ pub mod lines;
 pub mod plan;
 pub mod procfs;
 mod run;
+pub mod sandbox;
 mod slots;
 mod supervisor;
 pub mod workspace;
