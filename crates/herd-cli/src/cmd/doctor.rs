@@ -1,11 +1,13 @@
 //! `herd doctor`: which agent CLIs are installed and at which versions (against the versions
-//! herd was tested with), the state dir, SQLite. Non-zero when something required is missing.
+//! herd was tested with), the filesystem sandbox, the state dir, SQLite. Non-zero when something
+//! required is missing.
 
 use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use herd_backends::BackendKind;
+use herd_engine::sandbox::{self, Availability, Confinement, SandboxMode};
 use herd_store::{StatePaths, Store};
 use serde_json::json;
 
@@ -57,6 +59,33 @@ fn check_claude() -> CliCheck {
     }
 }
 
+/// The sandbox agents get here: the configured mode, and whether bubblewrap works (and why not).
+struct SandboxCheck {
+    mode: Result<SandboxMode, String>,
+    availability: &'static Availability,
+}
+
+impl SandboxCheck {
+    fn new() -> Self {
+        let mode = crate::state::project_root()
+            .map_err(|e| e.to_string())
+            .and_then(|root| herd_engine::config::load(&root).map_err(|e| e.to_string()))
+            .and_then(|cfg| {
+                let c = Confinement { mode: cfg.sandbox, ..Confinement::default() };
+                c.effective_mode()
+            });
+        Self { mode, availability: sandbox::availability() }
+    }
+
+    /// Runs cannot start: `required` without a sandbox, or a config that does not load.
+    fn fails(&self) -> bool {
+        matches!(
+            (&self.mode, self.availability),
+            (Err(_), _) | (Ok(SandboxMode::Required), Availability::Missing(_))
+        )
+    }
+}
+
 fn version_of(p: &std::path::Path) -> Option<String> {
     let mut child = Command::new(p)
         .arg("--version")
@@ -84,6 +113,7 @@ fn version_of(p: &std::path::Path) -> Option<String> {
 
 pub fn run(paths: StatePaths, a: DoctorArgs) -> anyhow::Result<u8> {
     let claude = check_claude();
+    let sbx = SandboxCheck::new();
     let store = Store::open(paths.clone());
     let state_ok = store.is_ok();
     let state_problem = store.err().map(|e| e.to_string());
@@ -95,9 +125,26 @@ pub fn run(paths: StatePaths, a: DoctorArgs) -> anyhow::Result<u8> {
                 "name": claude.name, "path": claude.path, "version": claude.version,
                 "tested_version": claude.tested, "problem": claude.problem,
             }],
+            "sandbox": {
+                "mode": sbx.mode.as_ref().ok().map(|m| m.as_str()),
+                "available": matches!(sbx.availability, Availability::Bwrap(_)),
+                "mechanism": match sbx.availability {
+                    Availability::Bwrap(_) => Some("bwrap"),
+                    Availability::Missing(_) => None,
+                },
+                "path": match sbx.availability {
+                    Availability::Bwrap(p) => Some(p.display().to_string()),
+                    Availability::Missing(_) => None,
+                },
+                "problem": match (&sbx.mode, sbx.availability) {
+                    (Err(e), _) => Some(e.clone()),
+                    (_, Availability::Missing(why)) => Some(why.clone()),
+                    _ => None,
+                },
+            },
             "state_dir": paths.root, "state_ok": state_ok, "state_problem": state_problem,
             "sqlite_version": Store::sqlite_version(),
-            "ok": state_ok && !missing,
+            "ok": state_ok && !missing && !sbx.fails(),
         });
         writeln!(out, "{v}")?;
     } else {
@@ -116,11 +163,32 @@ pub fn run(paths: StatePaths, a: DoctorArgs) -> anyhow::Result<u8> {
             writeln!(out, "       {p}")?;
         }
         writeln!(out, "[ok  ] command: any program on PATH")?;
+        let mode = match &sbx.mode {
+            Ok(m) => format!("sandbox: {}", m.as_str()),
+            Err(e) => format!("config: {e}"),
+        };
+        match sbx.availability {
+            Availability::Bwrap(p) => writeln!(
+                out,
+                "[{}] sandbox: bwrap at {} ({mode})",
+                mark(!sbx.fails()),
+                p.display()
+            )?,
+            Availability::Missing(why) => {
+                let m = match &sbx.mode {
+                    Ok(SandboxMode::Off) => "ok  ",
+                    _ if sbx.fails() => "FAIL",
+                    _ => "warn",
+                };
+                writeln!(out, "[{m}] sandbox: none ({mode}): agents can write wherever you can")?;
+                writeln!(out, "       {why}")?;
+            }
+        }
         writeln!(out, "[{}] state dir: {}", mark(state_ok), paths.root.display())?;
         if let Some(p) = &state_problem {
             writeln!(out, "       {p}")?;
         }
         writeln!(out, "[ok  ] sqlite {}", Store::sqlite_version())?;
     }
-    Ok(if state_ok && !missing { 0 } else { 1 })
+    Ok(if state_ok && !missing && !sbx.fails() { 0 } else { 1 })
 }

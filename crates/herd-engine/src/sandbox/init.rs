@@ -25,6 +25,10 @@ pub fn init_main(args: &[OsString]) -> ExitCode {
         eprintln!("herd {}: no program to run", super::INIT_ARG);
         return ExitCode::from(2);
     };
+    // We arrive with the guard's signal mask (INT, TERM, HUP blocked; std's spawn keeps a
+    // parent's mask): the agent must get the stop ladder's signals. As pid 1 of the namespace
+    // we ignore them ourselves all the same (no handlers).
+    let _ = nix::sys::signal::SigSet::all().thread_unblock();
     let child = Command::new(program).args(rest).env_remove(STATUS_FD_VAR).spawn();
     let agent = match child {
         Ok(c) => Pid::from_raw(c.id() as i32),
