@@ -458,6 +458,12 @@ fn without_a_sandbox_auto_says_so_and_required_refuses() {
     config(&w, "sandbox: required\n");
     refused(run(&w, &[]));
     refused(run(&w, &[("HERD_SANDBOX", "off")]));
+    std::fs::write(
+        w.work.join("p.yml"),
+        "steps: [{id: a, cli: command, command: [/bin/true], prompt: go}]\n",
+    )
+    .unwrap();
+    refused(w.herd(&["run", "p.yml", "--json"]).env("PATH", "/nonexistent").output().unwrap());
     let (_, ps) = w.json(&["ps", "--all", "--json"]);
     assert_eq!(ps.as_array().unwrap().len(), 1, "a refused run left a record: {ps}");
 }
@@ -475,4 +481,17 @@ fn doctor_says_which_sandbox_and_why_not() {
     assert!(v["sandbox"]["problem"].as_str().unwrap().contains("bubblewrap"), "{v}");
     let text = String::from_utf8_lossy(&w.run(&["doctor"]).stdout).into_owned();
     assert!(text.contains("sandbox: bwrap"), "{text}");
+}
+
+#[test]
+fn the_init_refuses_to_run_unless_it_is_pid_1() {
+    // In a pid namespace of its own (bwrap's reaper is pid 1 there), so that even a broken check
+    // could not reach past it: the init's last act is `kill -1`.
+    let out = std::process::Command::new("bwrap")
+        .args(["--die-with-parent", "--unshare-pid", "--ro-bind", "/", "/", "--dev", "/dev"])
+        .args(["--proc", "/proc", env!("CARGO_BIN_EXE_herd"), "__sandbox-init", "/bin/true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("only as pid 1"));
 }

@@ -20,6 +20,15 @@ use super::STATUS_FD_VAR;
 
 /// Run the agent `args[0]` with `args[1..]`; returns its exit code (or 128 + its signal).
 pub fn init_main(args: &[OsString]) -> ExitCode {
+    // What it does at the end (kill -1) is only safe as pid 1 of a namespace of its own:
+    // anywhere else it would reach every process its user may signal.
+    if std::process::id() != 1 {
+        eprintln!(
+            "herd {}: runs only as pid 1 of an agent's sandbox (bwrap --unshare-pid --as-pid-1)",
+            super::INIT_ARG
+        );
+        return ExitCode::from(2);
+    }
     let mut status = take_status_fd();
     let Some((program, rest)) = args.split_first() else {
         eprintln!("herd {}: no program to run", super::INIT_ARG);
