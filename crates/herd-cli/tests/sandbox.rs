@@ -495,3 +495,59 @@ fn the_init_refuses_to_run_unless_it_is_pid_1() {
     assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(String::from_utf8_lossy(&out.stderr).contains("only as pid 1"));
 }
+
+#[test]
+fn a_person_committing_in_their_checkout_during_an_isolated_run_is_not_an_escape() {
+    let w = World::new();
+    init_repo(&w);
+    let child = w
+        .herd(&[
+            "task",
+            "x",
+            "--cli",
+            "command",
+            "--workspace",
+            "isolated",
+            "--json",
+            "--",
+            "sh",
+            "-c",
+            "sleep 1.71; echo ok > ok.txt",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = || procs_with_cmdline("sleep 1.71").iter().any(|(_, c)| c.starts_with("sleep"));
+    assert!(wait_until(Duration::from_secs(10), started));
+    std::fs::write(w.work.join("mine.txt"), "mine\n").unwrap();
+    git(&w.work, &["add", "mine.txt"]);
+    git(&w.work, &["commit", "-qm", "mine"]);
+    let mine = git(&w.work, &["rev-parse", "HEAD"]);
+    let out = child.wait_with_output().unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["status"], "completed", "{v}");
+    assert_eq!(git(&w.work, &["rev-parse", "main"]), mine, "the person's commit was undone");
+}
+
+#[test]
+fn a_shared_run_may_commit_on_the_checked_out_branch_but_not_branch_off() {
+    let w = World::new();
+    let head = init_repo(&w);
+    let task =
+        |cmd: &str| w.json(&["task", "x", "--cli", "command", "--json", "--", "sh", "-c", cmd]);
+    let (code, v) = task(&format!("echo a > a.txt && git add a.txt && {COMMIT} a"));
+    assert_eq!(code, 0, "{v}");
+    let a = git(&w.work, &["rev-parse", "main"]).trim().to_owned();
+    assert_ne!(a, head);
+    let (code, v) =
+        task(&format!("git checkout -q -b side && echo s > s.txt && git add s.txt && {COMMIT} s"));
+    assert_eq!(code, 1, "{v}");
+    assert_escaped(&w, &v, &["refs/heads/side", "HEAD"]);
+    assert_eq!(git(&w.work, &["symbolic-ref", "--short", "HEAD"]).trim(), "main");
+    assert_eq!(git(&w.work, &["rev-parse", "main"]).trim(), a);
+    assert_eq!(git(&w.work, &["branch", "--list", "side"]), "");
+    let id = v["id"].as_str().unwrap();
+    let kept = format!("refs/herd/escaped/{id}/heads/side");
+    assert_eq!(git(&w.work, &["log", "-1", "--format=%s", &kept]).trim(), "s");
+}

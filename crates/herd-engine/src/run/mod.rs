@@ -394,44 +394,6 @@ impl Engine {
     }
 }
 
-impl Engine {
-    /// The command line that starts the agent: `inv` itself, or `inv` inside the sandbox (with
-    /// the placeholders the run holds until it ends).
-    fn confined(
-        &self,
-        decision: &Decision,
-        inv: herd_backends::Invocation,
-        req: &TaskRequest,
-        backend: &'static dyn herd_backends::Backend,
-        env: &[(String, String)],
-        layout: Option<crate::workspace::refs::Layout>,
-    ) -> Result<(herd_backends::Invocation, Option<crate::sandbox::Placeholders>), String> {
-        let bwrap = match decision {
-            Decision::Confine(b) => b,
-            Decision::Unconfined { .. } => return Ok((inv, None)),
-            Decision::Refuse(why) => return Err(why.clone()),
-        };
-        let worktree = match &req.workspace {
-            WorkspaceReq::Isolated(spec) => Some(spec.path.as_path()),
-            WorkspaceReq::Shared { .. } => None,
-        };
-        let setup = crate::sandbox::RunSetup {
-            bwrap,
-            herd: &self.guard.program,
-            backend,
-            cwd: &req.cwd,
-            worktree,
-            git: layout.as_ref(),
-            env,
-            state_dir: &self.paths().root,
-            confine: &req.permissions.confine,
-        };
-        let (inv, holders) = crate::sandbox::wrap(inv, &setup)
-            .map_err(|e| format!("cannot set up the sandbox: {e}"))?;
-        Ok((inv, Some(holders)))
-    }
-}
-
 /// Environment pairs (they may hold granted secrets) overwritten before their memory is freed.
 struct Wiped(Vec<(String, String)>);
 

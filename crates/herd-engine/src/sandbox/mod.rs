@@ -20,6 +20,7 @@ use serde::{Deserialize, Serialize};
 pub use init::init_main;
 pub use plan::{Mount, MountKind, Placeholders, SandboxPlan, confine};
 
+use crate::Engine;
 use crate::workspace::refs::Layout;
 
 /// The argument that selects the in-sandbox init in the herd binary (`herd __sandbox-init
@@ -150,7 +151,7 @@ pub(crate) fn warn_once(reason: &str) {
 }
 
 /// One run's agent, about to start.
-pub(crate) struct RunSetup<'a> {
+struct RunSetup<'a> {
     pub bwrap: &'a Path,
     /// The herd binary (the sandbox's init).
     pub herd: &'a Path,
@@ -165,10 +166,7 @@ pub(crate) struct RunSetup<'a> {
 }
 
 /// `inv` confined: the bwrap command line, and the placeholders the run holds until it ends.
-pub(crate) fn wrap(
-    inv: Invocation,
-    s: &RunSetup<'_>,
-) -> Result<(Invocation, Placeholders), String> {
+fn wrap(inv: Invocation, s: &RunSetup<'_>) -> Result<(Invocation, Placeholders), String> {
     let var = |k: &str| s.env.iter().find(|(ek, _)| ek == k).map(|(_, v)| v.as_str());
     let home = var("HOME").map(PathBuf::from);
     let user_config =
@@ -190,6 +188,44 @@ pub(crate) fn wrap(
     };
     let (plan, holders) = plan::build(&inputs)?;
     Ok((confine(inv, &plan), holders))
+}
+
+impl Engine {
+    /// The command line that starts the agent: `inv` itself, or `inv` inside the sandbox (with
+    /// the placeholders the run holds until it ends).
+    pub(crate) fn confined(
+        &self,
+        decision: &Decision,
+        inv: herd_backends::Invocation,
+        req: &crate::TaskRequest,
+        backend: &'static dyn herd_backends::Backend,
+        env: &[(String, String)],
+        layout: Option<crate::workspace::refs::Layout>,
+    ) -> Result<(herd_backends::Invocation, Option<Placeholders>), String> {
+        let bwrap = match decision {
+            Decision::Confine(b) => b,
+            Decision::Unconfined { .. } => return Ok((inv, None)),
+            Decision::Refuse(why) => return Err(why.clone()),
+        };
+        let worktree = match &req.workspace {
+            crate::workspace::WorkspaceReq::Isolated(spec) => Some(spec.path.as_path()),
+            crate::workspace::WorkspaceReq::Shared { .. } => None,
+        };
+        let setup = RunSetup {
+            bwrap,
+            herd: &self.guard.program,
+            backend,
+            cwd: &req.cwd,
+            worktree,
+            git: layout.as_ref(),
+            env,
+            state_dir: &self.paths().root,
+            confine: &req.permissions.confine,
+        };
+        let (inv, holders) =
+            wrap(inv, &setup).map_err(|e| format!("cannot set up the sandbox: {e}"))?;
+        Ok((inv, Some(holders)))
+    }
 }
 
 /// The decision for one run.
