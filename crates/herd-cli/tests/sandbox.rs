@@ -551,3 +551,52 @@ fn a_shared_run_may_commit_on_the_checked_out_branch_but_not_branch_off() {
     let kept = format!("refs/herd/escaped/{id}/heads/side");
     assert_eq!(git(&w.work, &["log", "-1", "--format=%s", &kept]).trim(), "s");
 }
+
+#[test]
+fn hooks_an_agent_could_rewrite_do_not_run_in_herds_own_commits() {
+    // husky's way: core.hooksPath inside the working tree. The agent rewrites the hook in its
+    // worktree; herd's auto-commit and merge run outside any sandbox, so they use .git/hooks.
+    let w = World::new();
+    init_repo(&w);
+    let evil = w.state.parent().unwrap().join("evil-hook-ran");
+    let own = w.state.parent().unwrap().join("own-hook-ran");
+    std::fs::create_dir_all(w.work.join(".githooks")).unwrap();
+    let exe = |p: &Path, body: &str| {
+        std::fs::write(p, body).unwrap();
+        std::fs::set_permissions(p, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    };
+    exe(&w.work.join(".githooks/pre-commit"), "#!/bin/sh\nexit 0\n");
+    git(&w.work, &["add", ".githooks/pre-commit"]);
+    git(&w.work, &["commit", "-qm", "hooks"]);
+    git(&w.work, &["config", "core.hooksPath", ".githooks"]);
+    exe(&w.work.join(".git/hooks/post-commit"), &format!("#!/bin/sh\ntouch {}\n", own.display()));
+    let cmd = format!(
+        "printf '#!/bin/sh\\ntouch {}\\n' > .githooks/pre-commit && echo w > work.txt",
+        evil.display()
+    );
+    let (code, v) = w.json(&[
+        "task",
+        "x",
+        "--cli",
+        "command",
+        "--workspace",
+        "isolated",
+        "--json",
+        "--",
+        "sh",
+        "-c",
+        &cmd,
+    ]);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["status"], "completed", "{v}");
+    assert!(!evil.exists(), "herd ran a hook the agent wrote");
+    assert!(own.exists(), "the repository's own hooks stopped running");
+    // The rewritten hook is live: a plain commit in that worktree runs it.
+    let id = v["id"].as_str().unwrap();
+    let wt = w.events(id).iter().find(|e| e["kind"] == "worktree_created").unwrap()["path"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    git(Path::new(&wt), &["commit", "-q", "--allow-empty", "-m", "by hand"]);
+    assert!(evil.exists(), "the check cannot fail");
+}

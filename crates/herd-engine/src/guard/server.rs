@@ -76,8 +76,10 @@ pub fn guard_main(_args: &[OsString]) -> ExitCode {
     if let Err(e) = nix::sys::prctl::set_child_subreaper(true) {
         eprintln!("herd __guard: cannot become a child subreaper: {e}");
     }
-    // SIGCHLD arrives through a signalfd; agents start with an empty signal mask (std resets it).
-    // So do the signals that would end the guard: it kills every agent first.
+    // SIGCHLD arrives through a signalfd. So do the signals that would end the guard: it kills
+    // every agent first. std's spawn keeps the parent's signal mask (rust-lang/rust#101077): an
+    // unconfined agent starts with these blocked; a sandboxed one gets an empty mask from herd's
+    // init (`sandbox::init_main`).
     let mut mask = SigSet::empty();
     for sig in [Signal::SIGCHLD, Signal::SIGTERM, Signal::SIGHUP, Signal::SIGINT] {
         mask.add(sig);
