@@ -62,6 +62,11 @@ pub struct RunSpec {
     /// so herd's rules, hooks and limits see every call they speak about. Filled by the engine.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ask_first: Vec<String>,
+    /// Let the CLI load what the repository brings (claude: `.claude/settings*.json` with its
+    /// hooks and permission rules, `.mcp.json`); off unless the project's herd config says
+    /// `trust_project_settings: true`. Filled by the engine.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub trust_project_settings: bool,
 }
 
 /// herd's answer to a CLI's request to use a tool.
@@ -132,6 +137,11 @@ pub trait Backend: Send + Sync + fmt::Debug {
     ) -> Result<Invocation, BackendError>;
     /// Prefixes of environment variables the CLI needs passed through (API keys, base URLs).
     fn env_prefixes(&self) -> &'static [&'static str];
+    /// The directories under HOME the CLI itself writes while it runs (its sessions, its
+    /// credentials): they stay writable inside herd's sandbox, the rest of HOME does not.
+    fn home_state(&self) -> &'static [&'static str] {
+        &[]
+    }
     /// The tools the CLI has when the run names none (empty: it has no permission bridge).
     fn builtin_tools(&self) -> &'static [&'static str] {
         &[]

@@ -1,6 +1,7 @@
 //! Benchmark: dispatch 2000 command-backend steps running `/bin/true`, 4 at a time, persistence
 //! on (`herd run`), against a bare tokio pool (Semaphore(4) + tokio::process) running the same
 //! 2000 processes; interleaved A B A B in the same run. Target: herd ≤ 1.3× the bare pool.
+//! Both run unconfined (`sandbox: off`): `--bench sandbox` measures what the sandbox adds.
 //!
 //! Run: `cargo bench -p herd-cli --bench dispatch` (HERD_BENCH_STEPS to change the count).
 
@@ -72,6 +73,10 @@ fn herd(plan: &std::path::Path, dir: &std::path::Path, round: usize) -> Duration
 fn main() {
     let n = steps();
     let dir = tempfile::tempdir().expect("tempdir");
+    // herd's own dispatch against a bare pool: both unconfined (what the sandbox adds to a run
+    // is measured by `--bench sandbox`).
+    std::fs::create_dir_all(dir.path().join(".herd")).expect(".herd");
+    std::fs::write(dir.path().join(".herd/config.yml"), "sandbox: off\n").expect("config");
     let plan = dir.path().join("plan.yml");
     let mut yml = String::from(
         "name: dispatch\nstrategy: parallel\ndefaults: {cli: command, command: [/bin/true], prompt: go}\nsteps:\n",

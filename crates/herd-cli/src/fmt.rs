@@ -85,6 +85,19 @@ pub fn event_summary(ev: &AgentEvent) -> String {
             "{branch}: nothing committed; {} uncommitted path(s) kept in its worktree",
             uncommitted.len()
         ),
+        E::Unconfined { reason } => format!("no sandbox: {reason}"),
+        E::RefEscape { changes } => changes
+            .iter()
+            .map(|c| {
+                let what = format!("{:?}", c.change).to_lowercase();
+                match (&c.kept, &c.error) {
+                    (_, Some(e)) => format!("{} {what}, not put back: {e}", c.name),
+                    (Some(k), None) => format!("{} {what}, put back (kept as {k})", c.name),
+                    (None, None) => format!("{} {what}, put back", c.name),
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("; "),
         E::MergeConflict { branch, into, files, .. } => {
             format!("{branch} into {into}: {}", files.join(", "))
         }

@@ -36,6 +36,9 @@ fn main() -> ExitCode {
     if args.get(1).is_some_and(|a| a == herd_engine::guard::GUARD_ARG) {
         return herd_engine::guard::guard_main(&args[2..]);
     }
+    if args.get(1).is_some_and(|a| a == herd_engine::sandbox::INIT_ARG) {
+        return herd_engine::sandbox::init_main(&args[2..]);
+    }
     let cli = cli::Cli::parse();
     match cmd::dispatch(cli) {
         Ok(code) => ExitCode::from(code),

@@ -91,10 +91,12 @@ fn a_spent_budget_starts_nothing_more() {
 
 #[test]
 fn at_most_max_concurrent_agents_run_at_once() {
-    // Each step counts the agents alive beside it through a shared directory.
+    // Each step counts the agents alive beside it through a shared directory (named by run:
+    // in its sandbox's own pid namespace every agent's `$$` is the same).
     let w = World::new();
     std::fs::create_dir_all(w.work.join("live")).unwrap();
-    let script = "touch live/$$; ls live | wc -l; sleep 0.4; rm live/$$";
+    let script =
+        "touch live/$HERD_SUBAGENT_ID; ls live | wc -l; sleep 0.4; rm live/$HERD_SUBAGENT_ID";
     let steps: Vec<String> = (0..8).map(|i| format!("{{id: s{i}}}")).collect();
     let (code, v) = w.run_plan(
         "pool.yml",

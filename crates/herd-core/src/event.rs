@@ -72,6 +72,38 @@ pub struct ResultInfo {
     pub terminal_reason: Option<String>,
 }
 
+/// How a ref (or a HEAD) differed after a run from what it was before.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RefChangeKind {
+    Moved,
+    Created,
+    Deleted,
+    /// A worktree's HEAD points elsewhere (another branch, or detached).
+    Head,
+}
+
+/// One ref an agent changed outside its own branch, and what herd did about it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RefChange {
+    /// `refs/heads/main`, or `HEAD` of the worktree at `worktree`.
+    pub name: String,
+    pub change: RefChangeKind,
+    /// The value before the run (a commit, or `ref: …` for a HEAD); `None`: it did not exist.
+    pub before: Option<String>,
+    /// The value the agent left; `None`: it deleted the ref.
+    pub after: Option<String>,
+    /// For a HEAD: the worktree it belongs to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worktree: Option<String>,
+    /// Where herd kept what the agent left (`refs/herd/escaped/<id>/…`), so no work is lost.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kept: Option<String>,
+    /// Why putting it back failed (it is then left as the agent left it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
 /// Everything that can happen in a subagent run, in one persisted vocabulary.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
@@ -174,6 +206,14 @@ pub enum AgentEvent {
         into: String,
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         uncommitted: Vec<String>,
+    },
+    /// The agent runs without a filesystem sandbox (`sandbox: off`, or none is available).
+    Unconfined {
+        reason: String,
+    },
+    /// The agent changed git refs or HEADs other than its own branch; herd put them back.
+    RefEscape {
+        changes: Vec<RefChange>,
     },
     /// Merging the run's branch conflicted; the merge was aborted and the branch kept.
     MergeConflict {
@@ -295,6 +335,8 @@ impl AgentEvent {
             Self::WorktreeMerged { .. } => "worktree_merged",
             Self::NothingToMerge { .. } => "nothing_to_merge",
             Self::MergeConflict { .. } => "merge_conflict",
+            Self::Unconfined { .. } => "unconfined",
+            Self::RefEscape { .. } => "ref_escape",
             Self::Init { .. } => "init",
             Self::Text { .. } => "text",
             Self::Thinking { .. } => "thinking",
@@ -353,6 +395,18 @@ mod tests {
             AgentEvent::SubagentCompleted,
             AgentEvent::Text { text: "hi".into() },
             AgentEvent::LineTooLong { bytes: 1, limit: 1 },
+            AgentEvent::Unconfined { reason: "sandbox: off".into() },
+            AgentEvent::RefEscape {
+                changes: vec![RefChange {
+                    name: "refs/heads/rogue".into(),
+                    change: RefChangeKind::Created,
+                    before: None,
+                    after: Some("abc".into()),
+                    worktree: None,
+                    kept: Some("refs/herd/escaped/sub_1/heads/rogue".into()),
+                    error: None,
+                }],
+            },
             AgentEvent::Result(ResultInfo {
                 subtype: ResultKind::Success,
                 is_error: false,

@@ -14,7 +14,8 @@ pub mod workspace;
 
 pub use backend::BackendKind;
 pub use event::{
-    AgentEvent, Decoded, PermissionDenial, ResultInfo, ResultKind, Usage, truncate_str,
+    AgentEvent, Decoded, PermissionDenial, RefChange, RefChangeKind, ResultInfo, ResultKind, Usage,
+    truncate_str,
 };
 pub use id::SubagentId;
 pub use status::{FailureReason, IllegalTransition, Status};

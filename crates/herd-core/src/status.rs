@@ -137,6 +137,9 @@ pub enum FailureReason {
     ResourceExhausted { message: String },
     /// The workspace could not be prepared or finished: worktree, setup command, auto-commit.
     Workspace { message: String },
+    /// The agent moved, made or deleted git refs other than its own branch, or changed a HEAD;
+    /// herd put them back (event `ref_escape` has what it did). The refs it touched.
+    RefEscape { refs: Vec<String> },
 }
 
 impl FailureReason {
@@ -158,6 +161,7 @@ impl FailureReason {
             Self::OutputLimit => "output_limit",
             Self::ResourceExhausted { .. } => "resource_exhausted",
             Self::Workspace { .. } => "workspace",
+            Self::RefEscape { .. } => "ref_escape",
         }
     }
 }
@@ -181,6 +185,7 @@ impl fmt::Display for FailureReason {
             Self::SpawnError { message } => write!(f, "spawn_error: {message}"),
             Self::ResourceExhausted { message } => write!(f, "RESOURCE_EXHAUSTED: {message}"),
             Self::Workspace { message } => write!(f, "workspace: {message}"),
+            Self::RefEscape { refs } => write!(f, "ref_escape({})", refs.join(", ")),
             other => f.write_str(other.code()),
         }
     }
@@ -229,6 +234,9 @@ mod tests {
         assert_eq!(api.code(), "api_error");
         let json = serde_json::to_string(&api).unwrap();
         assert_eq!(serde_json::from_str::<FailureReason>(&json).unwrap(), api);
+        let esc = FailureReason::RefEscape { refs: vec!["refs/heads/main".into(), "HEAD".into()] };
+        assert_eq!(esc.to_string(), "ref_escape(refs/heads/main, HEAD)");
+        assert_eq!(esc.code(), "ref_escape");
     }
 
     proptest! {

@@ -1,5 +1,6 @@
 //! The project's `.herd/config.yml`: the default agent CLI, the limits set once (pool, queue,
-//! timeouts, turns), permission rules every run starts from, and hooks. Errors name file and field.
+//! timeouts, turns), permission rules every run starts from, hooks, the `herd mcp` ceiling, the
+//! sandbox and whether agent CLIs load the repository's own settings. Errors name file and field.
 
 use std::path::{Path, PathBuf};
 
@@ -8,6 +9,7 @@ use herd_core::plan::parse_duration;
 use serde::Deserialize;
 
 use crate::gate::{DEFAULT_HOOK_TIMEOUT, HookDef, HookEvent, Permissions};
+use crate::sandbox::{Confinement, SandboxMode};
 
 /// `.herd/config.yml` as written.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -35,6 +37,17 @@ pub struct ProjectConfig {
     /// What `herd mcp` lets its clients' tasks do: the ceiling a client's own rules narrow.
     #[serde(default)]
     pub mcp: McpConfig,
+    /// The filesystem sandbox: `auto` (default: where the host has bubblewrap), `required`,
+    /// `off`.
+    #[serde(default)]
+    pub sandbox: SandboxMode,
+    /// Let the agent CLIs load the repository's own settings (claude: `.claude/settings*.json`,
+    /// `.mcp.json`). Off: a repository's hooks and permission rules do not run on `herd task`.
+    #[serde(default)]
+    pub trust_project_settings: bool,
+    /// Where this file's project is (its `.herd/` is never writable to an agent).
+    #[serde(skip)]
+    pub root: Option<PathBuf>,
 }
 
 /// The `mcp:` section: the server's policy (a client can only narrow it) and where its tasks
@@ -90,17 +103,19 @@ pub fn config_path(root: &Path) -> PathBuf {
 pub fn load(root: &Path) -> Result<ProjectConfig, ConfigError> {
     let path = config_path(root);
     let err = |message: String| ConfigError { file: path.display().to_string(), message };
+    let empty = || ProjectConfig { root: Some(root.to_path_buf()), ..ProjectConfig::default() };
     let text = match std::fs::read_to_string(&path) {
         Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(ProjectConfig::default()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(empty()),
         Err(e) => return Err(err(e.to_string())),
     };
     if text.trim().is_empty() {
-        return Ok(ProjectConfig::default());
+        return Ok(empty());
     }
-    let cfg: ProjectConfig = serde_saphyr::from_str(&text).map_err(|e| err(e.to_string()))?;
+    let mut cfg: ProjectConfig = serde_saphyr::from_str(&text).map_err(|e| err(e.to_string()))?;
+    cfg.root = Some(root.to_path_buf());
     // Check everything now, so a bad rule or limit is reported before any run starts.
-    cfg.permissions().map_err(err)?;
+    cfg.settings().map_err(err)?;
     cfg.check_limits().map_err(err)?;
     cfg.mcp_policy(&McpConfig::default()).map_err(err)?;
     Ok(cfg)
@@ -183,8 +198,16 @@ impl ProjectConfig {
         })
     }
 
-    /// The permissions every run starts from. Errors name the field.
+    /// The permissions every run starts from. Errors name the field; `sandbox: required`
+    /// where no sandbox is available is one.
     pub fn permissions(&self) -> Result<Permissions, String> {
+        let perms = self.settings()?;
+        perms.confine.check()?;
+        Ok(perms)
+    }
+
+    /// [`permissions`](Self::permissions) without asking whether the host has a sandbox.
+    fn settings(&self) -> Result<Permissions, String> {
         let p = &self.permissions;
         let rules = |list: &[String], field: &str| -> Result<Vec<Rule>, String> {
             list.iter()
@@ -200,6 +223,11 @@ impl ProjectConfig {
             perms.ask_timeout = t;
         }
         perms.hooks = hook_defs(&self.hooks)?;
+        perms.confine = Confinement {
+            mode: self.sandbox,
+            trust_project_settings: self.trust_project_settings,
+            protect: self.root.iter().map(|r| r.join(".herd")).collect(),
+        };
         Ok(perms)
     }
 }
@@ -306,5 +334,20 @@ mod tests {
         let bad = McpConfig { deny: vec!["Bash(".into()], ..McpConfig::default() };
         let (_d, cfg) = write("");
         assert!(cfg.unwrap().mcp_policy(&bad).unwrap_err().contains("--deny \"Bash(\""));
+    }
+
+    #[test]
+    fn sandbox_and_project_settings_keys() {
+        let (d, cfg) = write("sandbox: off\ntrust_project_settings: true\n");
+        let p = cfg.unwrap().permissions().unwrap();
+        assert_eq!(p.confine.mode, SandboxMode::Off);
+        assert!(p.confine.trust_project_settings);
+        assert_eq!(p.confine.protect, [d.path().join(".herd")]);
+        let (_d, cfg) = write("");
+        let p = cfg.unwrap().permissions().unwrap();
+        assert_eq!((p.confine.mode, p.confine.trust_project_settings), (SandboxMode::Auto, false));
+        let (_d, e) = write("sandbox: sometimes\n");
+        let e = e.unwrap_err().to_string();
+        assert!(e.contains("config.yml") && e.contains("sometimes"), "{e}");
     }
 }

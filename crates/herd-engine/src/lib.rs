@@ -9,6 +9,7 @@ pub mod lines;
 pub mod plan;
 pub mod procfs;
 mod run;
+pub mod sandbox;
 pub mod service;
 mod slots;
 mod supervisor;

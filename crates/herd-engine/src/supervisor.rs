@@ -222,12 +222,14 @@ pub struct Child {
 
 impl Child {
     /// Start `inv` in `cwd` with exactly `env` (plus `marker` as the run marker), under the guard.
+    /// `sandboxed`: `inv` is bwrap running herd's sandbox init (see [`crate::sandbox`]).
     pub(crate) async fn spawn(
         keeper: &Arc<Keeper>,
         marker: &str,
         inv: &Invocation,
         cwd: &Path,
         env: &[(String, String)],
+        sandboxed: bool,
     ) -> Result<Child, SpawnError> {
         let perr = |e: std::io::Error| SpawnError::Agent(format!("cannot create pipes: {e}"));
         let pair = || pipe_with(PipeFlags::CLOEXEC).map_err(|e| perr(e.into()));
@@ -246,6 +248,7 @@ impl Child {
             cwd: cwd.as_os_str().as_bytes().to_vec(),
             args: inv.args.iter().map(|a| a.as_bytes().to_vec()).collect(),
             env: env.iter().map(|(k, v)| (k.as_bytes().to_vec(), v.as_bytes().to_vec())).collect(),
+            sandboxed,
         };
         // The request carries the environment (granted secrets too): every copy is wiped.
         let mut payload = req.encode();

@@ -43,6 +43,15 @@ impl Backend for Claude {
         &["ANTHROPIC_", "CLAUDE_CODE_", "DISABLE_"]
     }
 
+    fn home_state(&self) -> &'static [&'static str] {
+        // Measured on 2.1.197: sessions, transcripts and shell snapshots under ~/.claude, and
+        // its credentials' refresh there (a lock directory, a file renamed into place).
+        // `~/.claude.json` it rewrites by a temporary file renamed over it, which would need
+        // HOME itself writable; without that it goes on (checked) and keeps its changes in
+        // memory, so that file (its MCP servers among them) stays read-only.
+        &[".claude"]
+    }
+
     fn builtin_tools(&self) -> &'static [&'static str] {
         BUILTIN_TOOLS
     }
@@ -127,6 +136,13 @@ pub fn args(spec: &RunSpec) -> Vec<String> {
     // A `defaultMode` in the user's or the repository's settings (acceptEdits, bypassPermissions)
     // must not take calls away from the gate.
     opt("--permission-mode", "default".into());
+    // What a repository brings does not load unless the project trusts it: its
+    // `.claude/settings*.json` (hooks run even when every call is denied; permission rules) and
+    // its `.mcp.json` servers. The user's own settings still apply (measured on 2.1.197: with
+    // `--setting-sources user` a repository's SessionStart and PreToolUse hooks do not run).
+    if !spec.trust_project_settings {
+        opt("--setting-sources", "user".into());
+    }
     // `ask` rules in the settings layer of the command line outrank allow rules from any other
     // settings file and claude's own read-only shortcuts (measured on 2.1.197: `echo` and Read
     // then ask too).
@@ -140,6 +156,9 @@ pub fn args(spec: &RunSpec) -> Vec<String> {
     }
     if let Some(r) = &spec.resume {
         opt("--resume", r.clone());
+    }
+    if !spec.trust_project_settings {
+        a.push("--strict-mcp-config".into());
     }
     a
 }
@@ -247,17 +266,24 @@ mod tests {
             resume: Some("abc".into()),
             command: vec![],
             ask_first: vec!["bash".into(), "mcp__srv__do".into()],
+            trust_project_settings: false,
         };
         assert_eq!(
             args(&spec).join(" "),
             "-p --input-format stream-json --output-format stream-json --verbose --model sonnet \
              --max-turns 3 --tools Bash,Read --permission-prompt-tool stdio \
-             --permission-mode default --settings {\"permissions\":{\"ask\":[\"Bash\",\"mcp__srv__do\"]}} \
-             --append-system-prompt be brief --resume abc"
+             --permission-mode default --setting-sources user \
+             --settings {\"permissions\":{\"ask\":[\"Bash\",\"mcp__srv__do\"]}} \
+             --append-system-prompt be brief --resume abc --strict-mcp-config"
         );
         // Nothing to ask about: no settings layer.
-        let plain = RunSpec { ask_first: vec![], ..spec };
+        let plain = RunSpec { ask_first: vec![], ..spec.clone() };
         assert!(!args(&plain).contains(&"--settings".to_owned()));
+        // A project that trusts its own settings gets them (and its MCP servers) loaded.
+        let trusted = RunSpec { trust_project_settings: true, ..spec };
+        let a = args(&trusted);
+        assert!(!a.contains(&"--setting-sources".to_owned()), "{a:?}");
+        assert!(!a.contains(&"--strict-mcp-config".to_owned()), "{a:?}");
     }
 
     #[test]

@@ -26,6 +26,8 @@ pub struct Permissions {
     pub hooks: Vec<HookDef>,
     /// TTL-bounded secrets and extra tools.
     pub grants: Arc<Mutex<Grants>>,
+    /// The filesystem sandbox, and whether the CLI loads the repository's own settings.
+    pub confine: crate::sandbox::Confinement,
 }
 
 impl Default for Permissions {
@@ -36,6 +38,7 @@ impl Default for Permissions {
             ask_timeout: DEFAULT_ASK_TIMEOUT,
             hooks: Vec::new(),
             grants: Arc::new(Mutex::new(Grants::default())),
+            confine: Default::default(),
         }
     }
 }
@@ -65,6 +68,8 @@ impl Permissions {
     /// non-empty, known list).
     pub fn validate(&self, spec: &RunSpec) -> Result<(), String> {
         self.run_policy(spec)?;
+        // `sandbox: required` and no sandbox here: refused before anything is created.
+        self.confine.check()?;
         match &self.auto_approve {
             Some(cfg) => {
                 let tools = spec.tools.as_deref().unwrap_or_default();

@@ -117,6 +117,9 @@ pub(crate) struct SpawnRequest {
     pub args: Vec<Vec<u8>>,
     /// `(key, value)` pairs: the agent's whole environment.
     pub env: Vec<(Vec<u8>, Vec<u8>)>,
+    /// The program is bwrap running herd's sandbox init: the guard hands it a status pipe, and
+    /// sends catchable signals to the init's session (bwrap itself would die of them).
+    pub sandboxed: bool,
 }
 
 impl SpawnRequest {
@@ -132,13 +135,14 @@ impl SpawnRequest {
         }
     }
 
-    /// `[u32 len][bytes]` for each string; counts as u32 before the lists.
+    /// A flags byte (1: sandboxed), then `[u32 len][bytes]` for each string; counts as u32
+    /// before the lists.
     pub fn encode(&self) -> Vec<u8> {
         fn put(out: &mut Vec<u8>, b: &[u8]) {
             out.extend_from_slice(&(b.len() as u32).to_be_bytes());
             out.extend_from_slice(b);
         }
-        let mut out = Vec::new();
+        let mut out = vec![u8::from(self.sandboxed)];
         put(&mut out, &self.marker);
         put(&mut out, &self.program);
         put(&mut out, &self.cwd);
@@ -169,7 +173,13 @@ impl SpawnRequest {
             *b = rest;
             Ok(s.to_vec())
         }
+        let (&flags, rest) = b.split_first().ok_or(ProtocolError::BadSpawn)?;
+        if flags > 1 {
+            return Err(ProtocolError::BadSpawn);
+        }
+        b = rest;
         let mut r = SpawnRequest {
+            sandboxed: flags == 1,
             marker: take(&mut b)?,
             program: take(&mut b)?,
             cwd: take(&mut b)?,
@@ -214,13 +224,15 @@ mod tests {
             bytes(),
             proptest::collection::vec(bytes(), 0..6),
             proptest::collection::vec((bytes(), bytes()), 0..6),
+            any::<bool>(),
         )
-            .prop_map(|(marker, program, cwd, args, env)| SpawnRequest {
+            .prop_map(|(marker, program, cwd, args, env, sandboxed)| SpawnRequest {
                 marker,
                 program,
                 cwd,
                 args,
                 env,
+                sandboxed,
             })
     }
 

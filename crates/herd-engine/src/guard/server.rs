@@ -9,7 +9,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::ffi::{OsStr, OsString};
 use std::io::{IoSliceMut, Write};
 use std::mem::MaybeUninit;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
@@ -23,6 +23,7 @@ use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
 use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, ReturnFlags, recvmsg};
+use rustix::pipe::{PipeFlags, pipe_with};
 
 use super::{
     Frame, GuardMsg, ProtocolError, RUN_MARKER_VAR, Report, SpawnRequest, next_frame, tag,
@@ -42,6 +43,8 @@ const RESWEEPS: u32 = 50;
 struct Agent {
     pid: u32,
     marker: Vec<u8>,
+    /// Started in a sandbox: the read end of the pipe its init reports on.
+    sandbox: Option<OwnedFd>,
 }
 
 struct Guard {
@@ -73,8 +76,10 @@ pub fn guard_main(_args: &[OsString]) -> ExitCode {
     if let Err(e) = nix::sys::prctl::set_child_subreaper(true) {
         eprintln!("herd __guard: cannot become a child subreaper: {e}");
     }
-    // SIGCHLD arrives through a signalfd; agents start with an empty signal mask (std resets it).
-    // So do the signals that would end the guard: it kills every agent first.
+    // SIGCHLD arrives through a signalfd. So do the signals that would end the guard: it kills
+    // every agent first. std's spawn keeps the parent's signal mask (rust-lang/rust#101077): an
+    // unconfined agent starts with these blocked; a sandboxed one gets an empty mask from herd's
+    // init (`sandbox::init_main`).
     let mut mask = SigSet::empty();
     for sig in [Signal::SIGCHLD, Signal::SIGTERM, Signal::SIGHUP, Signal::SIGINT] {
         mask.add(sig);
@@ -207,7 +212,19 @@ impl Guard {
             tag::SIGNAL => {
                 let n = f.payload.first_chunk::<4>().map_or(0, |b| i32::from_be_bytes(*b));
                 if let (Some(a), Ok(sig)) = (self.runs.get(&f.run), Signal::try_from(n)) {
-                    procfs::signal_group(a.pid, sig);
+                    match &a.sandbox {
+                        // bwrap would die of a signal it does not catch (and take the sandbox
+                        // with it at once): the agent's session is led by the init, bwrap's
+                        // child; as pid 1 of its namespace the init ignores it, the agent not.
+                        Some(_) => {
+                            if let Some(&init) = procfs::children(a.pid).first() {
+                                procfs::signal_group(init, sig);
+                            }
+                        }
+                        None => {
+                            procfs::signal_group(a.pid, sig);
+                        }
+                    }
                 }
             }
             tag::KILL => self.kill_run(f.run),
@@ -222,6 +239,19 @@ impl Guard {
         [stdin, stdout, stderr]: [OwnedFd; 3],
     ) -> GuardMsg {
         let os = OsStr::from_bytes;
+        // A sandboxed agent's init reports on this pipe; only its write end is inherited (this
+        // thread starts one process at a time, so no other child gets it).
+        let status = match req.sandboxed {
+            true => match status_pipe() {
+                Ok(p) => Some(p),
+                Err(e) => {
+                    return GuardMsg::SpawnError {
+                        message: format!("herd guard: status pipe: {e}"),
+                    };
+                }
+            },
+            false => None,
+        };
         let mut cmd = Command::new(os(&req.program));
         cmd.args(req.args.iter().map(|a| os(a)))
             .env_clear()
@@ -233,14 +263,21 @@ impl Guard {
             .stdin(Stdio::from(stdin))
             .stdout(Stdio::from(stdout))
             .stderr(Stdio::from(stderr));
+        if let Some((_, w)) = &status {
+            cmd.env(crate::sandbox::STATUS_FD_VAR, w.as_raw_fd().to_string());
+        }
         // `cmd` holds our copies of the pipe ends; they are closed when it drops below.
         let spawned = cmd.spawn();
+        let status = status.map(|(r, w)| {
+            drop(w);
+            r
+        });
         let mut req = req;
         req.wipe();
         match spawned {
             Ok(child) => {
                 let pid = child.id();
-                self.runs.insert(run, Agent { pid, marker: req.marker });
+                self.runs.insert(run, Agent { pid, marker: req.marker, sandbox: status });
                 self.by_pid.insert(pid, run);
                 GuardMsg::Started { pid, start_time: procfs::start_time(pid) }
             }
@@ -271,16 +308,22 @@ impl Guard {
             };
             let pid = pid.as_raw() as u32;
             if let Some(run) = self.by_pid.remove(&pid) {
-                self.runs.remove(&run);
-                ended.push((run, code, signal));
+                let agent = self.runs.remove(&run);
+                // A sandbox's init said how the agent itself ended, and what it left.
+                let told = agent.and_then(|a| a.sandbox).and_then(|r| read_status(&r));
+                let (code, signal, left) = match told {
+                    Some(t) => (t.code, t.signal, t.leftovers),
+                    None => (code, signal, 0),
+                };
+                ended.push((run, code, signal, left));
                 if self.ended.len() >= ENDED_KEPT {
                     self.ended.pop_front();
                 }
                 self.ended.push_back(pid);
             }
         }
-        for (run, code, signal) in ended {
-            let leftovers = self.sweep();
+        for (run, code, signal, left) in ended {
+            let leftovers = self.sweep() + left;
             if leftovers > 0 {
                 self.resweep = Some((Instant::now() + RESWEEP_EVERY, RESWEEPS));
             }
@@ -360,6 +403,28 @@ impl Guard {
             std::thread::sleep(Duration::from_millis(5));
         }
     }
+}
+
+/// A pipe whose write end a child inherits (close-on-exec cleared) and whose read end stays ours.
+fn status_pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let (r, w) = pipe_with(PipeFlags::CLOEXEC | PipeFlags::NONBLOCK)?;
+    rustix::io::fcntl_setfd(&w, rustix::io::FdFlags::empty())?;
+    Ok((r, w))
+}
+
+/// What a sandbox's init reported (written before it exited, so before bwrap did).
+#[derive(Debug, serde::Deserialize)]
+struct InitStatus {
+    code: Option<i32>,
+    signal: Option<i32>,
+    leftovers: u32,
+}
+
+fn read_status(r: &OwnedFd) -> Option<InitStatus> {
+    let mut buf = [0u8; 512];
+    let n = rustix::io::read(r, &mut buf).ok()?;
+    let line = buf.get(..n)?.split(|&b| b == b'\n').next()?;
+    serde_json::from_slice(line).ok()
 }
 
 /// The guard's live children: the guard is single-threaded, so its one thread's list is all.

@@ -15,6 +15,7 @@ use tokio::sync::watch;
 
 use crate::gate::calls::Calls;
 use crate::gate::{Gate, HookEnv, HookEvent, POLICY_LAYERS_VAR, Permissions, granted_env};
+use crate::sandbox::Decision;
 use crate::supervisor::{Child, child_env};
 use crate::workspace::WorkspaceReq;
 use crate::{Engine, EngineError, procfs};
@@ -220,6 +221,9 @@ impl Engine {
                 "cli": req.backend, "spec": req.spec, "cwd": req.cwd,
                 "timeout_ms": req.timeout.as_millis() as u64,
                 "max_output_bytes": req.max_output_bytes, "env_keys": env_keys,
+                "sandbox": req.permissions.confine.decide().record(
+                    req.permissions.confine.effective_mode().unwrap_or_default()),
+                "trust_project_settings": req.permissions.confine.trust_project_settings,
             }),
             owner_pid,
             owner_start_time,
@@ -347,13 +351,47 @@ impl Engine {
             None => backend.builtin_tools().iter().map(|t| (*t).to_owned()).collect(),
         };
         spec.ask_first = run.calls.gate.ask_first(&tools);
+        spec.trust_project_settings = req.permissions.confine.trust_project_settings;
+        // The sandbox, and the repository's refs as they are before the agent starts.
+        let decision = req.permissions.confine.decide();
+        let layout = crate::workspace::refs::Layout::of(&req.cwd);
+        if let Some(l) = layout.clone() {
+            match run.snapshot_refs(l, &req, matches!(decision, Decision::Confine(_))).await {
+                Ok(()) => {}
+                Err(message) => {
+                    let failure = FailureReason::Workspace { message };
+                    return run.finish(Status::Failed, Some(failure), started, &[]).await;
+                }
+            }
+        }
+        if let Decision::Unconfined { reason, warn } = &decision {
+            if *warn {
+                crate::sandbox::warn_once(reason);
+            }
+            let ev = AgentEvent::Unconfined { reason: reason.clone() };
+            self.writer().append(&id, vec![herd_core::Decoded::top(ev)]).await?;
+        }
         let spawned = match backend.invocation(&spec, path_var, override_bin.as_deref()) {
-            Ok(inv) => match self.keeper() {
-                Ok(keeper) => Child::spawn(&keeper, id.as_str(), &inv, &req.cwd, &env.0)
-                    .await
-                    .map(|c| (c, inv))
-                    .map_err(|e| e.to_string()),
-                Err(e) => Err(e.to_string()),
+            Ok(inv) => match self.confined(&decision, inv.clone(), &req, backend, &env.0, layout) {
+                Ok((run_inv, holders)) => {
+                    let sandboxed = holders.is_some();
+                    run.placeholders = holders;
+                    match self.keeper() {
+                        Ok(keeper) => Child::spawn(
+                            &keeper,
+                            id.as_str(),
+                            &run_inv,
+                            &req.cwd,
+                            &env.0,
+                            sandboxed,
+                        )
+                        .await
+                        .map(|c| (c, inv))
+                        .map_err(|e| e.to_string()),
+                        Err(e) => Err(e.to_string()),
+                    }
+                }
+                Err(e) => Err(e),
             },
             Err(e) => Err(e.to_string()),
         };

@@ -17,6 +17,7 @@ use crate::gate::HookEvent;
 use crate::gate::calls::Calls;
 use crate::lines::{LineSplitter, Piece};
 use crate::supervisor::Child;
+use crate::workspace::refs::{self, Layout, Scope, Snapshot};
 use crate::workspace::{IsolatedSpec, WorkspaceReq};
 use crate::{Engine, EngineError, guard::GuardMsg, procfs};
 
@@ -76,6 +77,10 @@ pub(super) struct RunState<'e> {
     pub(super) calls: Calls,
     /// An isolated run: on success its work is committed and waits for the merge.
     merge_gate: Option<IsolatedSpec>,
+    /// The sandbox's placeholder directories, held until the agent is gone.
+    pub(super) placeholders: Option<crate::sandbox::Placeholders>,
+    /// The repository's refs before the agent started, compared when it has ended.
+    refs: Option<Snapshot>,
 }
 
 impl<'e> RunState<'e> {
@@ -111,7 +116,79 @@ impl<'e> RunState<'e> {
                 WorkspaceReq::Isolated(spec) => Some((**spec).clone()),
                 WorkspaceReq::Shared { .. } => None,
             },
+            placeholders: None,
+            refs: None,
         })
+    }
+
+    /// Record the refs and HEADs of the repository the run works in, before its agent starts:
+    /// its own branch (an isolated run's, or the one checked out where a shared run starts) is
+    /// its to move. `confined`: other worktrees' HEADs are read-only to the agent.
+    pub(super) async fn snapshot_refs(
+        &mut self,
+        layout: Layout,
+        req: &TaskRequest,
+        confined: bool,
+    ) -> Result<(), String> {
+        let heads = |b: &str| format!("refs/heads/{b}");
+        let scope = match &req.workspace {
+            WorkspaceReq::Isolated(spec) => Scope {
+                own_branch: Some(heads(&spec.branch)),
+                integration: Some(heads(&spec.integration_branch)),
+                foreign_heads_writable: !confined,
+            },
+            WorkspaceReq::Shared { .. } => {
+                Scope { foreign_heads_writable: !confined, ..Scope::default() }
+            }
+        };
+        let snap = tokio::task::spawn_blocking(move || Snapshot::take(layout, scope))
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| format!("cannot record the repository's refs before the agent: {e}"))?;
+        self.refs = Some(snap);
+        Ok(())
+    }
+
+    /// After the agent: the refs and HEADs it changed outside its own branch are put back
+    /// (what they pointed to kept under `refs/herd/escaped/<id>/`), recorded and audited, and
+    /// the run fails `ref_escape`.
+    async fn check_refs(
+        &mut self,
+        status: Status,
+        failure: Option<FailureReason>,
+    ) -> Result<(Status, Option<FailureReason>, Option<AgentEvent>), EngineError> {
+        let Some(snap) = self.refs.take() else { return Ok((status, failure, None)) };
+        let id = self.id.to_string();
+        let found = tokio::task::spawn_blocking(move || {
+            let now = snap.observe()?;
+            let mut changed = refs::changes(&snap, &now);
+            refs::restore(&snap, &id, &mut changed);
+            Ok::<_, crate::workspace::GitError>(changed)
+        })
+        .await
+        .map_err(|e| EngineError::Task(e.to_string()))?;
+        let changes = match found {
+            Ok(c) if c.is_empty() => return Ok((status, failure, None)),
+            Ok(c) => c,
+            Err(e) => {
+                let message = format!("cannot compare the repository's refs after the agent: {e}");
+                return Ok((Status::Failed, Some(FailureReason::Workspace { message }), None));
+            }
+        };
+        let names: Vec<String> = changes.iter().map(|c| c.name.clone()).collect();
+        self.engine
+            .writer()
+            .audit(herd_store::NewAudit {
+                event_type: "ref_escape",
+                severity: "error",
+                subagent_id: Some(self.id.to_string()),
+                parent_session_id: Some(self.calls.gate.names().session_id.clone()),
+                details: Some(json!({"changes": changes})),
+                ..Default::default()
+            })
+            .await?;
+        let ev = AgentEvent::RefEscape { changes };
+        Ok((Status::Failed, Some(FailureReason::RefEscape { refs: names }), Some(ev)))
     }
 
     /// Read the child to the end, stopping it when asked or when a limit is hit.
@@ -456,6 +533,11 @@ impl<'e> RunState<'e> {
         let obs = std::mem::take(&mut self.obs);
         self.calls.close().await;
         let mut events = Vec::new();
+        // The agent is gone: its placeholders go (before anything is committed), and what it
+        // did to refs outside its own branch is undone before the merge gate sees its work.
+        drop(self.placeholders.take());
+        let (status, failure, escape) = self.check_refs(status, failure).await?;
+        events.extend(escape);
         let (status, failure, waiting) = match &self.merge_gate {
             Some(spec) => self.engine.merge_gate(spec, status, failure).await?,
             None => (status, failure, None),

@@ -225,6 +225,8 @@ pub(crate) fn resolve(
             resume: None,
             command: spec.command,
             ask_first: Vec::new(),
+            // From the project's config at launch (`permissions.confine`).
+            trust_project_settings: false,
         },
         task_prompt: spec.prompt,
         context: Vec::new(),

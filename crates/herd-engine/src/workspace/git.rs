@@ -127,7 +127,14 @@ impl Git {
             .open(self.dir.join(common.trim_end()).join("herd-worktree.lock"));
         // Held until dropped, after git has finished.
         let _turn = lock.ok().filter(|f| f.lock().is_ok());
-        let full: Vec<&str> = std::iter::once("worktree").chain(args.iter().copied()).collect();
+        // `add` runs post-checkout on a tree agents may have written (a merged integration tip).
+        let guard = self.hook_guard();
+        let full: Vec<&str> = guard
+            .iter()
+            .map(String::as_str)
+            .chain(std::iter::once("worktree"))
+            .chain(args.iter().copied())
+            .collect();
         self.run(&full)
     }
 
@@ -201,13 +208,37 @@ impl Git {
         ["-c", "user.name=herd", "-c", "user.email=herd@localhost"].map(String::from).to_vec()
     }
 
+    /// `-c core.hooksPath=<common dir>/hooks` when the repository's hooks live in its working
+    /// tree (`core.hooksPath` relative, e.g. husky's `.husky/_`, or pointing into the tree): an
+    /// agent can rewrite those in its sandbox, and herd's own checkouts, commits and merges of
+    /// its work run outside it. The repository's `.git/hooks` (read-only to agents) still run.
+    pub fn hook_guard(&self) -> Vec<String> {
+        let Ok(v) = self.run(&["config", "--get", "core.hooksPath"]) else { return Vec::new() };
+        let v = v.trim();
+        // `~/…` is the person's HOME, which no agent writes.
+        if v.is_empty() || v.starts_with('~') {
+            return Vec::new();
+        }
+        let Ok(top) = self.toplevel() else { return Vec::new() };
+        let hooks = if Path::new(v).is_absolute() { PathBuf::from(v) } else { top.join(v) };
+        if !super::absolute(&hooks).starts_with(super::absolute(&top)) {
+            return Vec::new();
+        }
+        match self.run(&["rev-parse", "--path-format=absolute", "--git-common-dir"]) {
+            Ok(common) => vec!["-c".into(), format!("core.hooksPath={}/hooks", common.trim_end())],
+            // Not knowing where the safe ones are: none run.
+            Err(_) => vec!["-c".into(), "core.hooksPath=/dev/null".into()],
+        }
+    }
+
     /// Commit everything in the working tree (`add -A`); `None` when there was nothing to commit.
     pub fn commit_all(&self, message: &str) -> Result<Option<String>, GitError> {
         if self.dirty_paths()?.is_empty() {
             return Ok(None);
         }
         self.run(&["add", "-A"])?;
-        let ident = self.identity_args();
+        let mut ident = self.identity_args();
+        ident.extend(self.hook_guard());
         let mut args: Vec<&str> = ident.iter().map(String::as_str).collect();
         args.extend(["commit", "--quiet", "-m", message]);
         self.run(&args)?;
@@ -241,7 +272,8 @@ impl Git {
         if self.is_ancestor(branch, "HEAD")? {
             return Ok(Merge::NothingToMerge);
         }
-        let ident = self.identity_args();
+        let mut ident = self.identity_args();
+        ident.extend(self.hook_guard());
         let mut args: Vec<&str> = ident.iter().map(String::as_str).collect();
         args.extend(["merge", "--no-ff", "--no-edit", "-m", message, "--end-of-options", branch]);
         let out = self.output(&args)?;

@@ -3,6 +3,7 @@
 
 pub mod git;
 mod lifecycle;
+pub mod refs;
 pub mod teardown;
 
 use std::path::{Path, PathBuf};
