@@ -252,7 +252,7 @@ async fn the_stop_ladder_ends_an_agent_that_ignores_interrupt_and_term() {
 #[tokio::test(start_paused = true)]
 async fn shutdown_stops_what_the_service_runs() {
     let dir = tempfile::tempdir().unwrap();
-    let clock = Clock::hold();
+    let _clock = Clock::hold();
     let (svc, c) = (service(dir.path(), 5, 5), caller(dir.path()));
     let marker = dir.path().join("up");
     let t =
