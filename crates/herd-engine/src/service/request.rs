@@ -208,6 +208,7 @@ pub(crate) fn resolve(
     let cfg_timeout = project.config.timeout().map_err(cfg)?;
     let cfg_permission_timeout = project.config.permission_timeout().map_err(cfg)?;
     let cfg_max_turns = project.config.max_turns;
+    let max_stored_bytes = project.config.max_stored_output().map_err(cfg)?;
     let tools = spec
         .tools
         .map(|t| t.into_iter().map(|s| s.trim().to_owned()).filter(|s| !s.is_empty()).collect());
@@ -234,6 +235,7 @@ pub(crate) fn resolve(
         env: spec.env,
         timeout: spec.timeout.unwrap_or(Duration::ZERO),
         max_output_bytes: spec.max_output_kb.map(|kb| kb * 1024),
+        max_stored_bytes,
         permissions: Permissions::default(),
         workspace,
         plan_step: None,
