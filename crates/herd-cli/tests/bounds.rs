@@ -116,3 +116,20 @@ fn plan_files_must_be_regular_files_of_bounded_size() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stdout).contains("not a regular file"));
 }
+
+#[test]
+fn herds_own_variables_cannot_be_set_for_a_child() {
+    let w = World::new();
+    for var in ["HERD_DEPTH=0", "HERD_MAX_DEPTH=9", "HERD_POLICY_LAYERS=[]", "HERD_SUBAGENT_ID=x"] {
+        let out = w.run(&["task", "x", "--cli", "command", "--env", var, "--", "env"]);
+        assert_eq!(out.status.code(), Some(2), "{var}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("herd sets this variable for its children itself"), "{var}: {err}");
+    }
+    let (_, ps) = w.json(&["ps", "--all", "--json"]);
+    assert_eq!(ps, serde_json::json!([]), "nothing was started");
+    // `--limit 0` lists every run, not none.
+    w.run(&["task", "x", "--cli", "command", "--", "true"]);
+    let (_, ps) = w.json(&["ps", "--all", "--limit", "0", "--json"]);
+    assert_eq!(ps.as_array().unwrap().len(), 1);
+}
