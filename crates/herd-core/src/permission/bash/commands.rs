@@ -137,6 +137,12 @@ fn joined(args: &[Word]) -> Option<String> {
 /// List the commands `argv` runs (with `assignments` in force), seeing through wrappers.
 pub(super) fn expand(walk: &mut Walk, mut argv: Vec<Word>, mut assignments: Vec<Word>, cx: &Ctx) {
     for _ in 0..64 {
+        // `time FOO=1 rm x`: bash's `time` and `!` are keywords, the assignments after them
+        // belong to the command (and an assignment a wrapper passes as a name is kept too).
+        while let Some(name) = argv.first().and_then(is_assignment) {
+            check_variable(walk, &name, cx);
+            assignments.push(argv.remove(0));
+        }
         if argv.is_empty() {
             return;
         }
@@ -200,6 +206,14 @@ fn step(walk: &mut Walk, name: &str, argv: &[Word], assignments: &[Word], cx: &C
         if at < argv.len() { Step::Inner { at, role, env: Vec::new() } } else { Step::Done(Runs) }
     };
     match name {
+        "!" => inner(1, Wrapper),
+        // The parser took a reserved word for a command (`! if …` is read as commands `if …`,
+        // `then …`): bash reads the line otherwise. What follows the word is judged as a command.
+        "if" | "then" | "else" | "elif" | "fi" | "do" | "done" | "case" | "esac" | "while"
+        | "until" | "for" | "in" | "select" | "function" | "{" | "}" | "[[" | "]]" => {
+            walk.unprovable("a reserved word where a command stands", cx.guess);
+            inner(1, Wrapper)
+        }
         "env" => {
             let (i, seen) = options(args, "uCS", &["unset", "chdir", "split-string"]);
             if has(&seen, 'S', "split-string") {
