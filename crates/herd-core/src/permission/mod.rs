@@ -19,7 +19,8 @@ pub use limits::{
     RateState, validate_auto_approve,
 };
 pub use pattern::{
-    Piece, Word, glob_match, matches_all, matches_anything, matches_some, words_to_string,
+    Piece, Word, command_glob, glob_match, matches_all, matches_anything, matches_some,
+    words_to_string,
 };
 pub use policy::{Decision, Policy, evaluate_layers, may_auto_approve};
 pub use rule::{Call, EDIT_FAMILY, Rule, RuleError, Verdict, main_input, normalize_tool};

@@ -193,15 +193,20 @@ fn run(pattern: &str, words: &[Word], every: bool) -> bool {
     cur[m]
 }
 
+/// `cmd *` also matches `cmd` without arguments.
+fn bare(pattern: &str) -> Option<&str> {
+    pattern.strip_suffix(" *").filter(|p| !p.is_empty())
+}
+
 /// The pattern matches the words whatever their unknown pieces hold (each is swallowed by a
 /// `*`). Sound, not complete: `true` is a proof, `false` may be a match we cannot prove.
 pub fn matches_all(pattern: &str, words: &[Word]) -> bool {
-    run(pattern, words, true)
+    run(pattern, words, true) || bare(pattern).is_some_and(|p| run(p, words, true))
 }
 
 /// The pattern matches the words for some value of their unknown pieces.
 pub fn matches_some(pattern: &str, words: &[Word]) -> bool {
-    run(pattern, words, false)
+    run(pattern, words, false) || bare(pattern).is_some_and(|p| run(p, words, false))
 }
 
 /// A pattern that matches any text at all (`*`, `**`).
@@ -212,6 +217,15 @@ pub fn matches_anything(pattern: &str) -> bool {
 /// Glob: `*` is any run of characters (`/` and spaces included), `?` one character, the rest
 /// literal. Linear in the text for a given pattern.
 pub fn glob_match(pattern: &str, text: &str) -> bool {
+    glob(pattern, text)
+}
+
+/// [`glob_match`], where `cmd *` also matches `cmd` alone (a command pattern).
+pub fn command_glob(pattern: &str, text: &str) -> bool {
+    glob(pattern, text) || bare(pattern).is_some_and(|p| glob(p, text))
+}
+
+fn glob(pattern: &str, text: &str) -> bool {
     let p: Vec<char> = pattern.chars().collect();
     let t: Vec<char> = text.chars().collect();
     let (mut pi, mut ti) = (0usize, 0usize);
@@ -252,6 +266,8 @@ mod tests {
 
     #[test]
     fn unknowns_are_swallowed_only_by_stars() {
+        assert!(matches_all("rm *", &[Word::text("rm")]), "`cmd *` covers `cmd` alone");
+        assert!(!matches_all("rm *", &[Word::text("rmdir")]));
         let rm_x = [Word::text("rm"), w(&[None])];
         assert!(matches_all("rm *", &rm_x));
         assert!(!matches_all("rm -rf *", &rm_x));
@@ -288,8 +304,8 @@ mod tests {
         #[test]
         fn known_text_agrees_with_glob(p in "[ab*? ]{0,8}", t in "[ab ]{0,8}") {
             let words = [Word::text(t.clone())];
-            prop_assert_eq!(matches_all(&p, &words), glob_match(&p, &t));
-            prop_assert_eq!(matches_some(&p, &words), glob_match(&p, &t));
+            prop_assert_eq!(matches_all(&p, &words), command_glob(&p, &t));
+            prop_assert_eq!(matches_some(&p, &words), command_glob(&p, &t));
         }
 
         /// `all` implies every filling matches; some filling matching implies `some`.
@@ -303,9 +319,9 @@ mod tests {
             let holey = [w(&[Some(&pre), None, Some(&post)])];
             let filled = format!("{pre}{fill}{post}");
             if matches_all(&p, &holey) {
-                prop_assert!(glob_match(&p, &filled));
+                prop_assert!(command_glob(&p, &filled));
             }
-            if glob_match(&p, &filled) {
+            if command_glob(&p, &filled) {
                 prop_assert!(matches_some(&p, &holey));
             }
         }

@@ -375,6 +375,29 @@ mod tests {
             }
         }
 
+        /// Under allow-all and deny `Bash(rm *)`, a line decided Allow is provable and runs
+        /// nothing named rm, not even as a guess.
+        #[test]
+        fn an_allowed_line_runs_no_denied_command(parts in prop::collection::vec(prop::sample::select(vec![
+            "rm", " ", "x", ";", "&&", "|", "$(", ")", "`", "'", "\"", "\\", "<<", "EOF", "\n", ">", "&",
+            "{", "}", "$a", "=", "(", "*", "bash -c ", "eval ", "xargs ", "find . -exec ", "env ", "timeout 1 ", "/bin/",
+        ]), 0..20)) {
+            let line = parts.concat();
+            let p = Policy {
+                allow: vec![Rule::parse("Bash").unwrap()],
+                deny: vec![Rule::parse("Bash(rm *)").unwrap()],
+                ..Policy::default()
+            };
+            let call = bash(&line);
+            if matches!(p.evaluate(&call, &[]), Decision::Allow { .. }) {
+                let analysed = call.bash.as_ref().unwrap();
+                prop_assert!(analysed.is_provable());
+                for c in &analysed.commands {
+                    prop_assert!(c.argv.first().and_then(|w| w.literal()).as_deref() != Some("rm"), "{:?}", line);
+                }
+            }
+        }
+
         #[test]
         fn a_matching_deny_rule_always_wins(p in policy_strategy(), input in "[a-c ]{0,5}") {
             let mut p = p;

@@ -136,6 +136,10 @@ fn joined(args: &[Word]) -> Option<String> {
 
 /// List the commands `argv` runs (with `assignments` in force), seeing through wrappers.
 pub(super) fn expand(walk: &mut Walk, mut argv: Vec<Word>, mut assignments: Vec<Word>, cx: &Ctx) {
+    if cx.depth > super::syntax::MAX_CODE_DEPTH {
+        walk.unprovable("commands nest too deeply", cx.guess);
+        return;
+    }
     for _ in 0..64 {
         // `time FOO=1 rm x`: bash's `time` and `!` are keywords, the assignments after them
         // belong to the command (and an assignment a wrapper passes as a name is kept too).
@@ -402,10 +406,11 @@ fn step(walk: &mut Walk, name: &str, argv: &[Word], assignments: &[Word], cx: &C
             }
         }
         _ if SHELLS.contains(&name) => shell(args),
-        _ if GUESSED.contains(&name) => {
+        // Guesses are not guessed into again (`strace strace …` stays linear).
+        _ if GUESSED.contains(&name) && !cx.guess => {
             for k in 1..argv.len().min(10) {
                 if argv[k].literal().is_some_and(|a| !a.starts_with('-')) {
-                    let guess = Ctx { guess: true, ..*cx };
+                    let guess = Ctx { guess: true, depth: cx.depth + 1, ..*cx };
                     expand(walk, argv[k..].to_vec(), assignments.to_vec(), &guess);
                 }
             }
@@ -432,7 +437,7 @@ fn find_exec(walk: &mut Walk, args: &[Word], assignments: &[Word], cx: &Ctx) {
             .iter()
             .map(|w| if w.literal().as_deref() == Some("{}") { Word::unknown() } else { w.clone() })
             .collect();
-        expand(walk, cmd, assignments.to_vec(), cx);
+        expand(walk, cmd, assignments.to_vec(), &Ctx { depth: cx.depth + 1, ..*cx });
     }
 }
 

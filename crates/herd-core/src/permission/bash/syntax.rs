@@ -10,7 +10,7 @@ use crate::permission::pattern::Word;
 /// Deeper trees are not walked (unprovable).
 const MAX_TREE_DEPTH: usize = 200;
 /// `bash -c "bash -c '…'"` deeper than this is unprovable.
-const MAX_CODE_DEPTH: usize = 8;
+pub(super) const MAX_CODE_DEPTH: usize = 8;
 /// More commands than this are not listed (unprovable).
 const MAX_COMMANDS: usize = 4096;
 

@@ -260,6 +260,9 @@ fn hostile_lines_are_cheap() {
         "echo x; ".repeat(20_000),
         "a".repeat(MAX_LINE_BYTES + 1),
         "{\u{41e20} \u{8e769}é".into(),
+        "strace ".repeat(2000),
+        "find . -exec ".repeat(500),
+        "bash -c 'eval \"watch -x xargs env ".repeat(100),
     ] {
         let t = std::time::Instant::now();
         let _ = analyze_bash(&line);
