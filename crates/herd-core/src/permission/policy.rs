@@ -120,8 +120,8 @@ impl Policy {
 
     /// Whether the allow rules cover the call, and which. Bash: a wildcard-free rule equal to
     /// the whole line allows exactly that line; otherwise the line must be provable, every
-    /// command it runs covered by some allow rule (a pattern-less `Bash` covers anything,
-    /// unprovable lines too), and every redirection allowed as a Write of its resolved path.
+    /// command it runs covered by some allow rule, and every redirection allowed as a Write of
+    /// its resolved path. A pattern-less `Bash` covers any line, its redirections too.
     pub fn allowed_by(&self, call: &Call) -> Option<String> {
         let Some(line) = &call.bash else {
             return self.allow.iter().find(|r| r.allows(call)).map(|r| format!("allow rule {r}"));
@@ -134,19 +134,20 @@ impl Policy {
         {
             return Some(format!("allow rule {r}"));
         }
-        let mut used: Vec<&Rule> = Vec::new();
         if let Some(all) = bash.iter().find(|r| r.pattern.is_none()) {
-            used.push(all);
-        } else {
-            let runs: Vec<_> = line.commands.iter().filter(|c| c.role == Role::Runs).collect();
-            if !line.is_provable() || runs.is_empty() {
-                return None;
-            }
-            for cmd in runs {
-                let r = bash.iter().find(|r| r.covers(cmd))?;
-                if !used.contains(r) {
-                    used.push(r);
-                }
+            // Any command may write anywhere already (`tee`, `cp`): its redirections need no
+            // Write rule of their own (Write and Edit deny rules still judged them above).
+            return Some(format!("allow rule {all}"));
+        }
+        let runs: Vec<_> = line.commands.iter().filter(|c| c.role == Role::Runs).collect();
+        if !line.is_provable() || runs.is_empty() {
+            return None;
+        }
+        let mut used: Vec<&Rule> = Vec::new();
+        for cmd in runs {
+            let r = bash.iter().find(|r| r.covers(cmd))?;
+            if !used.contains(r) {
+                used.push(r);
             }
         }
         for w in call.redirect_writes() {

@@ -177,6 +177,10 @@ fn a_write_needs_a_write_permission() {
     let allows = |allow: &[&str], deny: &[&str]| policy(allow, deny, &[]).evaluate(&call, &[]);
     assert!(matches!(allows(&["Bash(echo *)", "Write(/repo/*)"], &[]), Decision::Allow { .. }));
     assert!(matches!(allows(&["Bash(echo *)", "Write(/etc/*)"], &[]), Decision::Undecided));
+    assert!(
+        matches!(allows(&["Bash"], &[]), Decision::Allow { .. }),
+        "`tee` could write it anyway"
+    );
     assert!(matches!(allows(&["Bash"], &["Edit(/repo/*)"]), Decision::Deny { .. }));
     assert!(matches!(allows(&["Bash", "Write"], &["Write(*.txt)"]), Decision::Deny { .. }));
     // A target decided at run time: a Write deny rule with a pattern might match it.
