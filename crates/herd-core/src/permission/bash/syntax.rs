@@ -172,7 +172,7 @@ impl<'o> Walk<'o> {
                 false
             }
         };
-        if !write || cx.guess {
+        if !write {
             return;
         }
         let target = target.unwrap_or_else(Word::unknown);

@@ -168,6 +168,8 @@ fn redirections_are_writes() {
     let given: Vec<_> = writes.writes.iter().map(|w| w.path.given.clone()).collect();
     assert_eq!(given, [Some("x".into()), Some("y z".into()), Some("out".into())]);
     assert_eq!(analyze_bash("echo > \"$f\"").writes[0].path.given, None);
+    // Writes of a guessed command count too (`strace` runs `sh -c …`).
+    assert_eq!(analyze_bash("strace -f sh -c 'echo > f'").writes.len(), 1);
 }
 
 #[test]
