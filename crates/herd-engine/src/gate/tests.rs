@@ -251,6 +251,7 @@ fn gate_in(f: &Fixture, spec: &RunSpec, cwd: &std::path::Path) -> Arc<Gate> {
         f.id.clone(),
         HookEnv::default(),
         cwd.to_path_buf(),
+        Default::default(),
     ))
 }
 
