@@ -156,6 +156,12 @@ pub trait Backend: Send + Sync + fmt::Debug {
     fn holds_stdin(&self) -> bool;
     /// A graceful stop message for stdin, if the CLI has one (else herd sends SIGINT).
     fn interrupt_message(&self) -> Option<Vec<u8>>;
+    /// Another user message for a running agent, as its stdin takes it: only for a CLI that
+    /// [holds its stdin](Self::holds_stdin) and answers each such message with a turn of its own
+    /// ending in a terminal event.
+    fn follow_up(&self, _text: &str) -> Option<Vec<u8>> {
+        None
+    }
     /// The stdin message answering the CLI's permission request `request_id`, if the CLI asks
     /// herd for permissions at all.
     fn permission_answer(&self, _request_id: &str, _answer: &PermissionAnswer) -> Option<Vec<u8>> {

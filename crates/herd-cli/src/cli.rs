@@ -61,6 +61,34 @@ pub enum Command {
     /// The git worktrees herd created for isolated steps: list, remove, prune
     #[command(subcommand)]
     Worktrees(WorktreesCommand),
+    /// Run the daemon in the foreground: runs outlive their clients; gRPC on .herd/herd.sock
+    #[command(after_help = SERVE_HELP)]
+    Serve(ServeArgs),
+}
+
+const SERVE_HELP: &str = "\
+One daemon per state directory: a second refuses to start, naming the first's pid. It serves
+herd's SubagentService (proto/herd/v1/subagent.proto) on the Unix socket herd.sock in the state
+directory (mode 0600); with it running, herd task, run, ps, logs, approve and cancel go through
+it. --listen adds TCP, which needs a bearer token: HERD_TOKEN or --token-file, else (loopback
+only) one generated into herd.token (0600). SIGTERM or SIGINT: no new connections, every run
+stopped on the stop ladder, everything persisted, exit 0. Logs go to stderr and logs/daemon.log.";
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Also listen on TCP at HOST:PORT (clients send `authorization: Bearer <token>`)
+    #[arg(long, value_name = "HOST:PORT")]
+    pub listen: Option<std::net::SocketAddr>,
+    /// Read the TCP listener's token from this file (mode 0600) instead of HERD_TOKEN
+    #[arg(long, value_name = "FILE", requires = "listen")]
+    pub token_file: Option<PathBuf>,
+    /// Agents running at once for every client together (1-20) [default: max_concurrent in
+    /// the config, else 5]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=20))]
+    pub max_concurrent: Option<u32>,
+    /// Tasks that may wait for a place [default: max_queue in the config, else 20]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(0..=10_000))]
+    pub max_queue: Option<u32>,
 }
 
 #[derive(Debug, Subcommand)]

@@ -5,6 +5,7 @@ pub mod agents;
 pub mod config;
 pub mod gate;
 pub mod guard;
+mod inputs;
 pub mod lines;
 pub mod plan;
 pub mod procfs;
@@ -22,6 +23,7 @@ use herd_core::SubagentId;
 use herd_store::{StatePaths, Store, StoreError, Writer, WriterHandle, orphaned_update};
 use nix::sys::signal::Signal;
 
+pub use inputs::Delivery;
 pub use run::{Progress, RunCaller, StopLevel, TaskReport, TaskRequest};
 pub use supervisor::{Child, GuardCommand, SpawnError, child_env};
 
@@ -92,6 +94,8 @@ pub struct Engine {
     config: EngineConfig,
     /// In-process answers to permission requests reach their waiting gate here.
     answers: Arc<gate::Answers>,
+    /// Runs that take follow-up messages on their open stdin, while they run.
+    inputs: inputs::Inputs,
 }
 
 impl Engine {
@@ -113,6 +117,7 @@ impl Engine {
             session_stored: Mutex::new(false),
             config: EngineConfig::default(),
             answers: Arc::default(),
+            inputs: inputs::Inputs::default(),
         })
     }
 
@@ -177,6 +182,12 @@ impl Engine {
     /// Where in-process answers to permission requests are announced.
     pub(crate) fn answers(&self) -> &gate::Answers {
         &self.answers
+    }
+
+    /// Give run `id` of this engine another user message on its open stdin; returns once it
+    /// is written (or refused: the run is stopping or has given its final result).
+    pub async fn send_input(&self, id: &SubagentId, text: String) -> Delivery {
+        self.inputs.send(id.as_str(), text).await
     }
 
     /// Flush and stop the writer.

@@ -48,6 +48,8 @@ pub struct ActivePlan {
 #[derive(Debug, Clone, Serialize)]
 pub struct PlanEvent {
     pub seq: i64,
+    /// When it was stored (ms since the epoch).
+    pub ts: i64,
     pub kind: String,
     pub step: Option<String>,
     pub payload: String,
@@ -329,16 +331,29 @@ impl Store {
 
     /// Plan events in order.
     pub fn plan_events(&self, orch: &str) -> Result<Vec<PlanEvent>> {
-        let mut stmt = self.conn().prepare(
-            "SELECT seq, kind, step_key, payload FROM plan_events WHERE orchestration_id = ?1 ORDER BY seq",
+        self.plan_events_after(orch, 0, usize::MAX)
+    }
+
+    /// Plan events with `seq > after`, in order, at most `limit`.
+    pub fn plan_events_after(
+        &self,
+        orch: &str,
+        after: i64,
+        limit: usize,
+    ) -> Result<Vec<PlanEvent>> {
+        let mut stmt = self.conn().prepare_cached(
+            "SELECT seq, ts, kind, step_key, payload FROM plan_events
+             WHERE orchestration_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
         )?;
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let rows = stmt
-            .query_map([orch], |r| {
+            .query_map(params![orch, after, limit], |r| {
                 Ok(PlanEvent {
                     seq: r.get(0)?,
-                    kind: r.get(1)?,
-                    step: r.get(2)?,
-                    payload: r.get(3)?,
+                    ts: r.get(1)?,
+                    kind: r.get(2)?,
+                    step: r.get(3)?,
+                    payload: r.get(4)?,
                 })
             })?
             .collect::<rusqlite::Result<_>>()?;

@@ -122,6 +122,15 @@ impl Store {
         Ok(())
     }
 
+    /// Create session `id` unless it exists (a client's own session, named by the client).
+    pub fn ensure_session(&self, id: &str, kind: &str, cwd: &Path) -> Result<()> {
+        self.conn.exec(
+            "INSERT OR IGNORE INTO sessions (id, kind, cwd, pid, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![id, kind, cwd.display().to_string(), std::process::id(), now_ms()],
+        )?;
+        Ok(())
+    }
+
     /// Persist a new subagent (status `pending`) and its `subagent_created` event.
     pub fn create_subagent(&mut self, n: &NewSubagent) -> Result<()> {
         let tx = self.conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;

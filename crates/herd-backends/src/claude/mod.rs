@@ -68,6 +68,10 @@ impl Backend for Claude {
         true
     }
 
+    fn follow_up(&self, text: &str) -> Option<Vec<u8>> {
+        Some(user_message(text))
+    }
+
     fn interrupt_message(&self) -> Option<Vec<u8>> {
         let mut m = serde_json::to_vec(&json!({
             "type": "control_request",

@@ -9,6 +9,7 @@ mod inspect;
 mod mcp;
 mod permissions;
 mod plan;
+mod serve;
 mod signals;
 mod task;
 mod worktrees;
@@ -39,6 +40,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Gc(args) => permissions::gc(&state_dir, args),
         Command::Mcp(args) => mcp::run(&state_dir, args),
         Command::Worktrees(cmd) => worktrees::run(&state_dir, cmd),
+        Command::Serve(args) => serve::run(&state_dir, args),
     }
 }
 

@@ -454,6 +454,13 @@ impl Engine {
         if !backend.holds_stdin() {
             child.close_stdin();
         }
+        // A CLI that answers follow-up messages takes them while it runs.
+        let _takes_messages =
+            (backend.holds_stdin() && backend.follow_up("").is_some()).then(|| {
+                let (registration, rx) = self.inputs.register(id.as_str());
+                run.inputs = Some(rx);
+                registration
+            });
         match run.pump(&mut child, stop, timeout, req.spec.max_turns).await {
             Ok((status, failure)) => run.finish(status, failure, started, &argv).await,
             Err(e) => {

@@ -88,6 +88,12 @@ pub(super) struct RunState<'e> {
     pub(super) placeholders: Option<crate::sandbox::Placeholders>,
     /// The repository's refs before the agent started, compared when it has ended.
     refs: Option<Snapshot>,
+    /// Follow-up messages for the agent (a CLI that takes them registers while it runs).
+    pub(super) inputs: Option<tokio::sync::mpsc::Receiver<crate::inputs::Input>>,
+    /// User messages written to the agent (the task, then follow-ups) and terminal events seen:
+    /// its stdin stays open until each message has had its turn.
+    messages: u32,
+    results: u32,
 }
 
 impl<'e> RunState<'e> {
@@ -128,6 +134,9 @@ impl<'e> RunState<'e> {
             budget: Budget::new(req.max_stored_bytes),
             stderr_bytes: 0,
             files_cut: false,
+            inputs: None,
+            messages: 1,
+            results: 0,
         })
     }
 
@@ -226,6 +235,7 @@ impl<'e> RunState<'e> {
         // First check one period in: a run that ends sooner never asks the store.
         let mut poll = tokio::time::interval_at(TInstant::now() + cfg.cancel_poll, cfg.cancel_poll);
         let mut stop_open = true;
+        let mut inputs = self.inputs.take();
         while !(out_done && err_done && exited) {
             let ladder_at = self.ladder_deadline.unwrap_or(far);
             // Output still open 5 s after the agent exited: something kept our pipe; stop waiting.
@@ -337,6 +347,10 @@ impl<'e> RunState<'e> {
                         child.write_stdin(&bytes);
                     }
                 }
+                Some(input) = crate::inputs::next(&mut inputs), if inputs.is_some() => {
+                    let written = self.follow_up(child, &input.text).await?;
+                    let _ = input.reply.send(written);
+                }
                 _ = poll.tick(), if self.stop_reason.is_none() => {
                     let asked = self.engine.store().run_requests(self.id.as_str()).unwrap_or_default();
                     if let Some(reason) = asked.revoked {
@@ -439,11 +453,41 @@ impl<'e> RunState<'e> {
             }
             self.last_progress = Instant::now();
         }
-        // The terminal event arrived: end the input so the CLI exits (stdin held until result).
-        if got_result && self.backend.holds_stdin() {
-            child.close_stdin();
+        // The terminal event of the last message's turn: end the input so the CLI exits (stdin
+        // held until then).
+        if got_result {
+            self.results += 1;
+            if self.backend.holds_stdin() && self.results >= self.messages {
+                child.close_stdin();
+            }
         }
         Ok(())
+    }
+
+    /// Write another user message to the agent, recorded as a `user_text` event; refused once
+    /// the run is stopping or its input is closed (its last turn has ended).
+    async fn follow_up(
+        &mut self,
+        child: &mut Child,
+        text: &str,
+    ) -> Result<Result<(), String>, EngineError> {
+        if self.stop_reason.is_some() {
+            return Ok(Err("it is stopping".into()));
+        }
+        if !child.stdin_open() {
+            return Ok(Err("it has given its final result and its input is closed".into()));
+        }
+        let Some(bytes) = self.backend.follow_up(text) else {
+            return Ok(Err(format!("{} takes no messages while it runs", self.backend.kind())));
+        };
+        child.write_stdin(&bytes);
+        if !child.stdin_open() {
+            return Ok(Err("its input closed while the message was written".into()));
+        }
+        self.messages += 1;
+        let ev = AgentEvent::UserText { text: text.to_owned() };
+        self.engine.writer().append(&self.id, vec![Decoded::top(ev)]).await?;
+        Ok(Ok(()))
     }
 
     async fn record_stop(&self, step: &str, why: &str) -> Result<(), EngineError> {

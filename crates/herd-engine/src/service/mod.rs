@@ -157,6 +157,13 @@ impl Service {
         c.graceful_stop + c.term_grace
     }
 
+    /// Stop every job of this process (the stop ladder, then kills) and flush the store, the
+    /// service left open: a daemon stops its runs first, then lets its clients' streams end.
+    pub async fn stop_jobs(&self) -> Result<(), ApiError> {
+        self.jobs.stop_all(self.stop_ladder()).await;
+        Ok(self.engine.writer().flush().await?)
+    }
+
     /// Stop every job of this process (the stop ladder, then kills), flush what is queued for
     /// the store, and stop the guards. Nothing this service started outlives it. Other clones
     /// of this handle must be gone (or going) by then: the guards stop once they are.

@@ -413,14 +413,57 @@ impl Service {
         self.run(&run.id)
     }
 
-    /// A message for a running agent. Not yet: it needs the daemon (a run of this process
-    /// holds its agent's stdin; the daemon makes that reachable from every client).
-    pub async fn send(&self, id: &str, _message: &str) -> Result<(), ApiError> {
+    /// Another user message for a running agent of this process, written to its open stdin
+    /// (claude: a stream-json user message; it gets a turn of its own) and audited. Refused
+    /// for a run that has ended or given its final result, a CLI that takes no messages, or a
+    /// run another herd process owns (its stdin is there: send through `herd serve`).
+    pub async fn send(
+        &self,
+        id: &str,
+        message: &str,
+        caller: &Caller,
+    ) -> Result<RunView, ApiError> {
+        if message.trim().is_empty() {
+            return Err(ApiError::field("message", "message: empty; say something"));
+        }
         let run = self.run(id)?;
-        Err(ApiError::precondition(format!(
-            "sending a message to {} needs `herd serve` (the daemon), which this herd does not run yet",
-            run.id
-        )))
+        let sid: SubagentId = run.id.parse().map_err(|e| ApiError::internal(format!("{e}")))?;
+        let refused = |why: String| {
+            ApiError::precondition(format!("cannot send {} a message: {why}", run.id))
+        };
+        match self.engine.send_input(&sid, message.to_owned()).await {
+            crate::Delivery::Written => {}
+            crate::Delivery::Refused(why) => return Err(refused(why)),
+            crate::Delivery::NotHere if run.is_terminal() => {
+                return Err(refused(format!("it has ended ({})", run.status)));
+            }
+            crate::Delivery::NotHere => {
+                let local = self.engine.store().get(&sid)?.and_then(|r| r.owner_pid)
+                    == Some(std::process::id());
+                return Err(refused(if local {
+                    format!(
+                        "it is {} and takes no messages ({} holds no open input)",
+                        run.status, run.cli
+                    )
+                } else {
+                    "it is run by another herd process, which holds its input; send \
+                     through `herd serve` (the daemon) when it runs the task"
+                        .to_owned()
+                }));
+            }
+        }
+        self.engine
+            .writer()
+            .audit(NewAudit {
+                event_type: "message_sent",
+                severity: "info",
+                subagent_id: Some(run.id.clone()),
+                decided_by: Some(caller.who.clone()),
+                details: Some(json!({"bytes": message.len()})),
+                ..NewAudit::default()
+            })
+            .await?;
+        self.run(&run.id)
     }
 
     /// Audit log entries, oldest first.

@@ -13,6 +13,9 @@ use serde::Serialize;
 #[derive(Debug, Clone, Serialize)]
 pub struct RunView {
     pub id: String,
+    /// The session it is recorded under (its caller's, else the service's own).
+    #[serde(skip)]
+    pub parent_session_id: String,
     pub name: String,
     pub cli: String,
     pub status: Status,
@@ -56,6 +59,7 @@ impl RunView {
         let duration_ms = r.duration_ms();
         Self {
             id: r.id,
+            parent_session_id: r.parent_session_id,
             name: r.name,
             cli: r.cli,
             status: r.status,

@@ -6,9 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use herd_core::{AgentEvent, SubagentId};
-use herd_store::StoredEvent;
-use tokio::sync::broadcast;
+use herd_store::{PlanEvent, StoredEvent};
 use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::{broadcast, watch};
 
 use super::Service;
 use super::error::ApiError;
@@ -52,6 +52,41 @@ impl Service {
             local,
             ended: false,
         })
+    }
+}
+
+impl Service {
+    /// Plan `id`'s own events after sequence number `after`, at most `limit`, in order.
+    pub fn plan_events(
+        &self,
+        id: &str,
+        after: i64,
+        limit: usize,
+    ) -> Result<Vec<PlanEvent>, ApiError> {
+        let store = self.engine.store();
+        let plan = store
+            .orchestration(id.trim())?
+            .ok_or_else(|| ApiError::not_found(format!("no plan {id}")))?;
+        Ok(store.plan_events_after(&plan.id, after, limit)?)
+    }
+
+    /// Changes after each commit to the store: wait on it, then read again (a plan's events, a
+    /// status), instead of polling.
+    pub fn commits(&self) -> watch::Receiver<u64> {
+        self.engine.writer().commits()
+    }
+
+    /// Record the runs of callers naming session `id` under it (created, of `kind`, on first
+    /// use; its id is the caller's).
+    pub fn ensure_session(&self, id: &str, kind: &str) -> Result<(), ApiError> {
+        if id.is_empty() || id.len() > 128 || id.chars().any(|c| c.is_control()) {
+            return Err(ApiError::field(
+                "parent_session_id",
+                format!("parent_session_id {id:?}: 1-128 printable characters"),
+            ));
+        }
+        let cwd = self.state_dir().to_path_buf();
+        Ok(self.engine.store().ensure_session(id, kind, &cwd)?)
     }
 }
 

@@ -37,6 +37,7 @@ pub(super) fn run(
     conn: rusqlite::Connection,
     mut rx: mpsc::Receiver<Cmd>,
     publisher: broadcast::Sender<Arc<StoredEvent>>,
+    committed: tokio::sync::watch::Sender<u64>,
 ) {
     let mut seqs: HashMap<SubagentId, i64> = HashMap::new();
     let mut pending_error: Option<String> = None;
@@ -62,6 +63,9 @@ pub(super) fn run(
         }
         let done = outcome.unwrap_or_default();
         settle(batch.drain(..), done, err.as_deref(), &mut pending_error, &publisher);
+        if err.is_none() {
+            committed.send_modify(|n| *n = n.wrapping_add(1));
+        }
         if stop {
             break;
         }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use herd_core::{Decoded, SubagentId};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, broadcast, mpsc, oneshot};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, broadcast, mpsc, oneshot, watch};
 
 use crate::plans::{NewOrchestration, StepChange};
 use crate::store::open_conn;
@@ -128,6 +128,9 @@ pub struct WriterHandle {
     /// Room for [`BYTES_IN_FLIGHT`] bytes of queued events.
     room: Arc<Semaphore>,
     events: broadcast::Sender<Arc<StoredEvent>>,
+    /// Counts the writer's commits: a reader of rows other than events (plan events, statuses)
+    /// waits for the next commit instead of polling.
+    commits: watch::Receiver<u64>,
     /// The writer's thread, woken when an urgent write arrives while it waits for company.
     thread: std::thread::Thread,
 }
@@ -151,12 +154,13 @@ impl Writer {
         let (tx, rx) = mpsc::channel(8192);
         let (events, _) = broadcast::channel(4096);
         let publisher = events.clone();
+        let (committed, commits) = watch::channel(0u64);
         let thread = std::thread::Builder::new()
             .name("herd-store-writer".into())
-            .spawn(move || batch::run(conn, rx, publisher))
+            .spawn(move || batch::run(conn, rx, publisher, committed))
             .map_err(|source| StoreError::Io { path: "writer thread".into(), source })?;
         let room = Arc::new(Semaphore::new(BYTES_IN_FLIGHT));
-        let handle = WriterHandle { tx, room, events, thread: thread.thread().clone() };
+        let handle = WriterHandle { tx, room, events, commits, thread: thread.thread().clone() };
         Ok(Self { handle, thread: Some(thread) })
     }
 
@@ -409,6 +413,12 @@ impl WriterHandle {
         let (ack, rx) = oneshot::channel();
         self.send_blocking(Cmd::Flush(ack)).map_err(|_| StoreError::WriterGone("flush".into()))?;
         rx.blocking_recv().map_err(|_| StoreError::WriterGone("flush".into()))?
+    }
+
+    /// A counter bumped after each commit: wait on it to read rows again once something new
+    /// may be stored.
+    pub fn commits(&self) -> watch::Receiver<u64> {
+        self.commits.clone()
     }
 
     /// Events as they are committed.
