@@ -1,12 +1,12 @@
 //! Messages for running agents: a run whose CLI takes follow-up user messages on its open stdin
-//! registers here while it runs; a caller's message reaches the run's pump, which writes it.
+//! registers here while it runs; a caller's message reaches the run's pump, which queues it.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 
 use tokio::sync::{mpsc, oneshot};
 
-/// One message on its way to a run, with where to say whether it was written.
+/// One message on its way to a run, with where to say whether it was taken.
 #[derive(Debug)]
 pub(crate) struct Input {
     pub text: String,
@@ -36,8 +36,8 @@ impl Drop for Registration<'_> {
 /// What became of a message.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Delivery {
-    /// Written to the agent's stdin.
-    Written,
+    /// Taken: written to the agent's stdin when its current turn ends.
+    Accepted,
     /// The run could not take it; why.
     Refused(String),
     /// No run of this engine with that id takes messages.
@@ -51,13 +51,13 @@ impl Inputs {
 
     /// Register run `id`; its pump reads the returned receiver.
     pub fn register(&self, id: &str) -> (Registration<'_>, mpsc::Receiver<Input>) {
-        // A few at once: a caller waits for its message to be written before sending the next.
+        // A few at once: a caller waits for its message to be taken before sending the next.
         let (tx, rx) = mpsc::channel(16);
         self.lock().insert(id.to_owned(), tx);
         (Registration { inputs: self, id: id.to_owned() }, rx)
     }
 
-    /// Hand `text` to run `id` and wait until its pump has written it (or refused).
+    /// Hand `text` to run `id` and wait until its pump has taken it (or refused).
     pub async fn send(&self, id: &str, text: String) -> Delivery {
         let Some(tx) = self.lock().get(id).cloned() else { return Delivery::NotHere };
         let (reply, answer) = oneshot::channel();
@@ -65,7 +65,7 @@ impl Inputs {
             return Delivery::NotHere;
         }
         match answer.await {
-            Ok(Ok(())) => Delivery::Written,
+            Ok(Ok(())) => Delivery::Accepted,
             Ok(Err(why)) => Delivery::Refused(why),
             // The run ended with the message still queued.
             Err(_) => Delivery::Refused("it ended before taking the message".into()),
@@ -98,7 +98,7 @@ mod tests {
             second.reply.send(Err("its input is closed".into())).unwrap();
             rx
         });
-        assert_eq!(inputs.send("r1", "hi".into()).await, Delivery::Written);
+        assert_eq!(inputs.send("r1", "hi".into()).await, Delivery::Accepted);
         assert_eq!(
             inputs.send("r1", "again".into()).await,
             Delivery::Refused("its input is closed".into())

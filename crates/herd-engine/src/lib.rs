@@ -184,8 +184,9 @@ impl Engine {
         &self.answers
     }
 
-    /// Give run `id` of this engine another user message on its open stdin; returns once it
-    /// is written (or refused: the run is stopping or has given its final result).
+    /// Give run `id` of this engine another user message, written to its open stdin when its
+    /// current turn ends; returns once it is taken (or refused: the run is stopping or has
+    /// given its final result).
     pub async fn send_input(&self, id: &SubagentId, text: String) -> Delivery {
         self.inputs.send(id.as_str(), text).await
     }

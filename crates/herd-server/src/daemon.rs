@@ -156,6 +156,11 @@ pub async fn serve(opts: ServeOptions) -> Result<(), DaemonError> {
     let state_dir = opts.state_dir.canonicalize().map_err(io("cannot read", &opts.state_dir))?;
     let lock = take_lock(&state_dir)?;
     let mut log = Log::open(&state_dir);
+    // The token before anything listens: a refused start leaves nothing behind.
+    let token = match opts.listen {
+        Some(addr) => Some(tcp_token(addr, opts.token, &state_dir, &mut log)?),
+        None => None,
+    };
     let mut service_opts = opts.service;
     service_opts.surface = "daemon".into();
     service_opts.shared = true;
@@ -167,17 +172,19 @@ pub async fn serve(opts: ServeOptions) -> Result<(), DaemonError> {
     };
     let socket = crate::client::socket_path(&state_dir);
     let unix = bind_socket(&socket)?;
-    let tcp = match opts.listen {
-        Some(addr) => {
-            let token = tcp_token(addr, opts.token, &state_dir, &mut log)?;
-            let l = tokio::net::TcpListener::bind(addr)
-                .await
-                .map_err(io("cannot listen on", Path::new(&addr.to_string())))?;
-            let bound = l.local_addr().map_err(io("cannot read", Path::new("the TCP address")))?;
-            log.line(&format!("listening on {bound} (bearer token required)"));
-            Some((l, token))
-        }
-        None => None,
+    let tcp = match (opts.listen, token) {
+        (Some(addr), Some(token)) => match tokio::net::TcpListener::bind(addr).await {
+            Ok(l) => {
+                let bound = l.local_addr().unwrap_or(addr);
+                log.line(&format!("listening on {bound} (bearer token required)"));
+                Some((l, token))
+            }
+            Err(e) => {
+                let _ = std::fs::remove_file(&socket);
+                return Err(io("cannot listen on", Path::new(&addr.to_string()))(e));
+            }
+        },
+        _ => None,
     };
     log.line(&format!("serving {} on {} (mode 0600)", state_dir.display(), socket.display()));
     let api = Api::new(

@@ -18,3 +18,5 @@ pub mod pb {
 pub use api::Api;
 pub use client::Client;
 pub use daemon::{DaemonError, ServeOptions, serve};
+/// The gRPC library the client speaks through (its `Code`, `Status`, `Streaming`).
+pub use tonic;

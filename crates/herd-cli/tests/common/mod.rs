@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod daemon;
 pub mod mcp;
 
 use std::path::{Path, PathBuf};

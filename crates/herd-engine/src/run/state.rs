@@ -90,10 +90,10 @@ pub(super) struct RunState<'e> {
     refs: Option<Snapshot>,
     /// Follow-up messages for the agent (a CLI that takes them registers while it runs).
     pub(super) inputs: Option<tokio::sync::mpsc::Receiver<crate::inputs::Input>>,
-    /// User messages written to the agent (the task, then follow-ups) and terminal events seen:
-    /// its stdin stays open until each message has had its turn.
-    messages: u32,
-    results: u32,
+    /// Follow-up messages accepted while the agent's turn is under way, each written at the end
+    /// of the turn before it (claude drops a message that arrives while a permission request
+    /// waits; between turns it takes one reliably). Its stdin closes once none is left.
+    queued: std::collections::VecDeque<String>,
 }
 
 impl<'e> RunState<'e> {
@@ -135,8 +135,7 @@ impl<'e> RunState<'e> {
             stderr_bytes: 0,
             files_cut: false,
             inputs: None,
-            messages: 1,
-            results: 0,
+            queued: std::collections::VecDeque::new(),
         })
     }
 
@@ -348,8 +347,8 @@ impl<'e> RunState<'e> {
                     }
                 }
                 Some(input) = crate::inputs::next(&mut inputs), if inputs.is_some() => {
-                    let written = self.follow_up(child, &input.text).await?;
-                    let _ = input.reply.send(written);
+                    let accepted = self.follow_up(child, &input.text);
+                    let _ = input.reply.send(accepted);
                 }
                 _ = poll.tick(), if self.stop_reason.is_none() => {
                     let asked = self.engine.store().run_requests(self.id.as_str()).unwrap_or_default();
@@ -453,41 +452,49 @@ impl<'e> RunState<'e> {
             }
             self.last_progress = Instant::now();
         }
-        // The terminal event of the last message's turn: end the input so the CLI exits (stdin
-        // held until then).
-        if got_result {
-            self.results += 1;
-            if self.backend.holds_stdin() && self.results >= self.messages {
-                child.close_stdin();
+        // The terminal event of a turn: the next queued message, else end the input so the CLI
+        // exits (stdin held until then).
+        if got_result && self.backend.holds_stdin() {
+            match self.queued.pop_front().filter(|_| self.stop_reason.is_none()) {
+                Some(text) => self.write_follow_up(child, text).await?,
+                None => child.close_stdin(),
             }
         }
         Ok(())
     }
 
-    /// Write another user message to the agent, recorded as a `user_text` event; refused once
-    /// the run is stopping or its input is closed (its last turn has ended).
-    async fn follow_up(
+    /// Accept another user message for the agent, written when its current turn ends; refused
+    /// once the run is stopping or its input is closed (its last turn has ended).
+    fn follow_up(&mut self, child: &Child, text: &str) -> Result<(), String> {
+        /// Messages that may wait for their turn at once.
+        const MAX_QUEUED: usize = 16;
+        if self.stop_reason.is_some() {
+            return Err("it is stopping".into());
+        }
+        if !child.stdin_open() {
+            return Err("it has given its final result and its input is closed".into());
+        }
+        if self.backend.follow_up(text).is_none() {
+            return Err(format!("{} takes no messages while it runs", self.backend.kind()));
+        }
+        if self.queued.len() >= MAX_QUEUED {
+            return Err(format!("{MAX_QUEUED} messages already wait for its next turns"));
+        }
+        self.queued.push_back(text.to_owned());
+        Ok(())
+    }
+
+    /// Write a follow-up message to the agent, recorded as a `user_text` event.
+    async fn write_follow_up(
         &mut self,
         child: &mut Child,
-        text: &str,
-    ) -> Result<Result<(), String>, EngineError> {
-        if self.stop_reason.is_some() {
-            return Ok(Err("it is stopping".into()));
+        text: String,
+    ) -> Result<(), EngineError> {
+        if let Some(bytes) = self.backend.follow_up(&text) {
+            child.write_stdin(&bytes);
         }
-        if !child.stdin_open() {
-            return Ok(Err("it has given its final result and its input is closed".into()));
-        }
-        let Some(bytes) = self.backend.follow_up(text) else {
-            return Ok(Err(format!("{} takes no messages while it runs", self.backend.kind())));
-        };
-        child.write_stdin(&bytes);
-        if !child.stdin_open() {
-            return Ok(Err("its input closed while the message was written".into()));
-        }
-        self.messages += 1;
-        let ev = AgentEvent::UserText { text: text.to_owned() };
-        self.engine.writer().append(&self.id, vec![Decoded::top(ev)]).await?;
-        Ok(Ok(()))
+        let ev = AgentEvent::UserText { text };
+        Ok(self.engine.writer().append(&self.id, vec![Decoded::top(ev)]).await?)
     }
 
     async fn record_stop(&self, step: &str, why: &str) -> Result<(), EngineError> {

@@ -413,8 +413,9 @@ impl Service {
         self.run(&run.id)
     }
 
-    /// Another user message for a running agent of this process, written to its open stdin
-    /// (claude: a stream-json user message; it gets a turn of its own) and audited. Refused
+    /// Another user message for a running agent of this process, audited: written to its open
+    /// stdin when its current turn ends (claude: a stream-json user message; it gets a turn of
+    /// its own, and the run its result). Refused
     /// for a run that has ended or given its final result, a CLI that takes no messages, or a
     /// run another herd process owns (its stdin is there: send through `herd serve`).
     pub async fn send(
@@ -432,7 +433,7 @@ impl Service {
             ApiError::precondition(format!("cannot send {} a message: {why}", run.id))
         };
         match self.engine.send_input(&sid, message.to_owned()).await {
-            crate::Delivery::Written => {}
+            crate::Delivery::Accepted => {}
             crate::Delivery::Refused(why) => return Err(refused(why)),
             crate::Delivery::NotHere if run.is_terminal() => {
                 return Err(refused(format!("it has ended ({})", run.status)));

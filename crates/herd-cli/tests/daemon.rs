@@ -1,0 +1,270 @@
+//! `herd serve` end to end: the real daemon driven over its socket with a tonic client, the
+//! real claude against the testkit mock — spawn, watch, answer a permission request, send a
+//! second message the mock sees, cancel another, replay from a sequence, one daemon per state.
+
+mod common;
+
+use std::time::Duration;
+
+use common::daemon::{Daemon, claude_task, watch_all};
+use common::{World, wait_until};
+use herd_server::pb;
+use herd_server::pb::agent_event::Event;
+use herd_server::tonic;
+use herd_testkit::{MockServer, Script};
+use serde_json::json;
+
+macro_rules! world_or_skip {
+    () => {{
+        let w = World::new();
+        if w.claude.is_none() {
+            return;
+        }
+        w
+    }};
+}
+
+fn kinds(events: &[pb::AgentEvent]) -> Vec<&str> {
+    events.iter().map(|e| e.kind.as_str()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_spawns_watches_answers_messages_and_cancels_through_the_daemon() {
+    let w = world_or_skip!();
+    let made = w.work.join("made-by-the-agent.txt");
+    let mock = MockServer::shared();
+    mock.script(
+        "d_talk",
+        Script::new()
+            .tool_use(
+                "Bash",
+                json!({"command": format!("touch {}", made.display()), "description": "t"}),
+            )
+            .text("first turn done: {{last_tool_result}}")
+            .text("second turn: got it"),
+    );
+    mock.script("d_slow", Script::new().text("never seen").delay(Duration::from_secs(120)));
+    let daemon = Daemon::start(&w, &[]);
+    let mut c = daemon.client().await;
+
+    let spawned = c.spawn_subagent(claude_task("SCENARIO=d_talk go")).await.unwrap().into_inner();
+    let id = spawned.subagent_id.clone();
+    assert_eq!(spawned.cli, "claude");
+    let req = pb::WatchSubagentRequest { subagent_id: id.clone(), from_sequence: 0 };
+    let mut stream = c.watch_subagent(req).await.unwrap().into_inner();
+    let mut seen = Vec::new();
+    // Up to the permission request: the call waits for a person.
+    let request = loop {
+        let e =
+            stream.message().await.unwrap().expect("the stream ended before a permission request");
+        seen.push(e.clone());
+        if let Some(Event::PermissionRequested(p)) = e.event {
+            break p.request_id;
+        }
+    };
+    assert!(!made.exists(), "the call ran before it was answered");
+    // A second user message while the first turn is under way, then the answer.
+    let msg = pb::SubagentInput {
+        subagent_id: id.clone(),
+        input: Some(pb::subagent_input::Input::Message("SECOND-MESSAGE-7f3a: and then?".into())),
+        caller: None,
+    };
+    let sent = c.send_to_subagent(msg).await.unwrap().into_inner();
+    assert!(sent.accepted);
+    let answer = pb::SubagentInput {
+        subagent_id: id.clone(),
+        input: Some(pb::subagent_input::Input::Permission(pb::PermissionAnswer {
+            request_id: request.clone(),
+            allow: true,
+            ..Default::default()
+        })),
+        caller: None,
+    };
+    let answered = c.send_to_subagent(answer).await.unwrap().into_inner();
+    assert_eq!(answered.permission.unwrap().status, "approved");
+    while let Some(e) = stream.message().await.unwrap() {
+        seen.push(e);
+    }
+    // Every event once, in order, ending with the close.
+    let seqs: Vec<u64> = seen.iter().map(|e| e.sequence).collect();
+    assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>(), "{:?}", kinds(&seen));
+    assert_eq!(seen.last().unwrap().kind, "subagent_closed");
+    assert!(made.exists(), "the approved call did not run");
+    let results: Vec<_> = seen
+        .iter()
+        .filter_map(|e| match &e.event {
+            Some(Event::Result(r)) => Some(r.text.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(results.len(), 2, "one result per user message: {:?}", kinds(&seen));
+    assert!(results[1].contains("second turn"), "{results:?}");
+    assert!(
+        seen.iter().any(|e| matches!(&e.event, Some(Event::UserText(t)) if t.text.contains("SECOND-MESSAGE-7f3a"))),
+        "the message is in the run's record"
+    );
+    // The model saw the second message.
+    let asked = mock.requests_for("d_talk");
+    assert!(
+        asked.iter().any(|r| r.body.to_string().contains("SECOND-MESSAGE-7f3a")),
+        "the mock never received the second message"
+    );
+    let info = c
+        .get_subagent(pb::GetSubagentRequest { subagent_id: id.clone() })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(info.status_name, "completed");
+    assert!(info.result.contains("second turn"), "{}", info.result);
+
+    // A replay from any point is the same suffix, once.
+    let again = watch_all(&mut c, &id, 4).await;
+    assert_eq!(again.first().map(|e| e.sequence), Some(4));
+    assert_eq!(again.len(), seen.len() - 3);
+
+    // A message to a finished run: FAILED_PRECONDITION, saying why.
+    let late = pb::SubagentInput {
+        subagent_id: id.clone(),
+        input: Some(pb::subagent_input::Input::Message("too late".into())),
+        caller: None,
+    };
+    let e = c.send_to_subagent(late).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e:?}");
+    assert!(e.message().contains("ended"), "{}", e.message());
+
+    // Cancel another while its model call hangs.
+    let slow = c.spawn_subagent(claude_task("SCENARIO=d_slow go")).await.unwrap().into_inner();
+    let mut s = c
+        .watch_subagent(pb::WatchSubagentRequest {
+            subagent_id: slow.subagent_id.clone(),
+            from_sequence: 0,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    while let Some(e) = s.message().await.unwrap() {
+        if matches!(&e.event, Some(Event::Status(st)) if st.status == "started") {
+            break;
+        }
+    }
+    let cancel = pb::CancelSubagentRequest {
+        subagent_id: slow.subagent_id.clone(),
+        reason: "the test is done with it".into(),
+        ..Default::default()
+    };
+    let cancelled = c.cancel_subagent(cancel).await.unwrap().into_inner();
+    assert!(cancelled.cancelled, "{cancelled:?}");
+    assert_eq!(cancelled.final_status, "cancelled");
+    let mut last = None;
+    while let Some(e) = s.message().await.unwrap() {
+        last = Some(e.kind);
+    }
+    assert_eq!(last.as_deref(), Some("subagent_closed"));
+
+    // Listing: both runs, newest first, filtered by status.
+    let list = c
+        .list_subagents(pb::ListSubagentsRequest {
+            status: vec![pb::SubagentStatus::Cancelled as i32],
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        list.subagents.iter().map(|s| s.id.as_str()).collect::<Vec<_>>(),
+        [slow.subagent_id.as_str()]
+    );
+
+    // Errors keep their codes.
+    let e = c
+        .get_subagent(pb::GetSubagentRequest { subagent_id: "nosuchrun".into() })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::NotFound, "{e:?}");
+    let e = c
+        .spawn_subagent(pb::SpawnSubagentRequest { max_turns: -2, ..Default::default() })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    assert!(e.message().contains("max_turns"), "{}", e.message());
+    let cyclic = pb::OrchestrationPlan {
+        steps: vec![
+            pb::OrchestrationStep {
+                id: "a".into(),
+                prompt: "x".into(),
+                depends_on: vec!["b".into()],
+                ..Default::default()
+            },
+            pb::OrchestrationStep {
+                id: "b".into(),
+                prompt: "y".into(),
+                depends_on: vec!["a".into()],
+                ..Default::default()
+            },
+        ],
+        ..Default::default()
+    };
+    let e = c.create_orchestration(cyclic).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    assert!(e.message().contains("cycle"), "{}", e.message());
+}
+
+#[test]
+fn one_daemon_per_state_directory_and_sigterm_exits_zero() {
+    let w = World::new();
+    let mut first = Daemon::start(&w, &[]);
+    let meta = std::fs::metadata(&first.socket).unwrap();
+    assert_eq!(std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o777, 0o600);
+    let second = w.run(&["serve"]);
+    assert_eq!(second.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&second.stderr);
+    assert!(err.contains(&format!("pid {}", first.pid())), "{err}");
+    let (code, err) = first.stop();
+    assert_eq!(code, Some(0), "{err}");
+    assert!(!w.state.join("herd.sock").exists(), "the socket is left behind");
+    assert!(err.contains("SIGTERM"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tcp_needs_the_bearer_token_and_a_non_loopback_address_without_one_is_refused() {
+    let w = World::new();
+    let daemon = Daemon::start(&w, &["--listen", "127.0.0.1:0"]);
+    let log = w.state.join("logs/daemon.log");
+    let mut addr = String::new();
+    assert!(wait_until(Duration::from_secs(10), || {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        addr = text
+            .lines()
+            .find_map(|l| l.split("listening on ").nth(1))
+            .and_then(|r| r.split_whitespace().next())
+            .unwrap_or_default()
+            .to_owned();
+        !addr.is_empty()
+    }));
+    let url = format!("http://{addr}");
+    let token_file = w.state.join("herd.token");
+    let meta = std::fs::metadata(&token_file).unwrap();
+    assert_eq!(std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o777, 0o600);
+    let token = std::fs::read_to_string(&token_file).unwrap().trim().to_owned();
+    let list = pb::ListSubagentsRequest::default();
+    let mut anon = herd_server::client::connect_tcp(&url, None).await.unwrap();
+    assert_eq!(
+        anon.list_subagents(list.clone()).await.unwrap_err().code(),
+        tonic::Code::Unauthenticated
+    );
+    let mut wrong =
+        herd_server::client::connect_tcp(&url, Some(format!("{token}x"))).await.unwrap();
+    assert_eq!(
+        wrong.list_subagents(list.clone()).await.unwrap_err().code(),
+        tonic::Code::Unauthenticated
+    );
+    let mut ok = herd_server::client::connect_tcp(&url, Some(token)).await.unwrap();
+    assert!(ok.list_subagents(list).await.unwrap().into_inner().subagents.is_empty());
+    drop(daemon);
+
+    let out = w.run(&["serve", "--listen", "0.0.0.0:0"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("not a loopback address") && err.contains("HERD_TOKEN"), "{err}");
+    assert!(wait_until(Duration::from_secs(1), || !w.state.join("herd.sock").exists()));
+}
