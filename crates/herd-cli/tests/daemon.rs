@@ -268,3 +268,76 @@ async fn tcp_needs_the_bearer_token_and_a_non_loopback_address_without_one_is_re
     assert!(err.contains("not a loopback address") && err.contains("HERD_TOKEN"), "{err}");
     assert!(wait_until(Duration::from_secs(1), || !w.state.join("herd.sock").exists()));
 }
+
+/// `python3` with grpcio and grpcio-tools, or a failure saying how to get them.
+fn python_with_grpc() -> &'static str {
+    let ok = std::process::Command::new("python3")
+        .args(["-c", "import grpc, grpc_tools"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    assert!(
+        ok,
+        "python3 with grpcio and grpcio-tools is needed: python3 -m pip install grpcio grpcio-tools \
+         (.ci/test installs them)"
+    );
+    "python3"
+}
+
+#[test]
+fn a_python_grpcio_client_generated_from_the_repositorys_protos_drives_the_daemon() {
+    let w = world_or_skip!();
+    let python = python_with_grpc();
+    let made = w.work.join("made-by-python.txt");
+    let mock = MockServer::shared();
+    mock.script(
+        "py_talk",
+        Script::new()
+            .tool_use(
+                "Bash",
+                json!({"command": format!("touch {}", made.display()), "description": "t"}),
+            )
+            .text("first turn done")
+            .text("second turn: python said hello"),
+    );
+    mock.script("py_slow", Script::new().text("never seen").delay(Duration::from_secs(120)));
+    let daemon = Daemon::start(&w, &[]);
+    let out_dir = tempfile::tempdir().unwrap();
+    let manifest = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = std::process::Command::new(python)
+        .arg(manifest.join("tests/grpc_python/client.py"))
+        .arg("--socket")
+        .arg(&daemon.socket)
+        .arg("--proto-root")
+        .arg(manifest.join("../../proto"))
+        .arg("--out")
+        .arg(out_dir.path())
+        .args(["--talk", "SCENARIO=py_talk go", "--slow", "SCENARIO=py_slow go"])
+        .args(["--message", "PYTHON-SECOND-MESSAGE-51c2"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "the python client failed: {stderr}");
+    let s: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}\n{stderr}", String::from_utf8_lossy(&out.stdout)));
+    assert_eq!(s["message_accepted"], true, "{s}");
+    assert_eq!(s["pending_listed"], true, "{s}");
+    assert_eq!(s["answer_status"], "approved", "{s}");
+    assert_eq!(s["in_order_once"], true, "{s}");
+    assert_eq!(s["replay_is_suffix"], true, "{s}");
+    assert_eq!(s["status"], "completed", "{s}");
+    assert_eq!(s["results"].as_array().map(Vec::len), Some(2), "{s}");
+    assert!(s["results"][1].as_str().unwrap().contains("python said hello"), "{s}");
+    assert_eq!(s["kinds"].as_array().unwrap().last().unwrap(), "subagent_closed");
+    assert_eq!(s["late_message"], "FAILED_PRECONDITION", "{s}");
+    assert_eq!(s["cancelled"], true, "{s}");
+    assert_eq!(s["cancel_final_status"], "cancelled", "{s}");
+    assert_eq!(s["unknown_id"], "NOT_FOUND", "{s}");
+    assert!(made.exists(), "the approved call did not run");
+    assert!(
+        mock.requests_for("py_talk")
+            .iter()
+            .any(|r| r.body.to_string().contains("PYTHON-SECOND-MESSAGE-51c2")),
+        "the mock never received the python client's second message"
+    );
+    drop(daemon);
+}
