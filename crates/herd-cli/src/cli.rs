@@ -61,6 +61,9 @@ pub enum Command {
     /// The git worktrees herd created for isolated steps: list, remove, prune
     #[command(subcommand)]
     Worktrees(WorktreesCommand),
+    /// Follow a subagent the daemon runs: its events live; answer its permission requests
+    /// (y/n/a) and send it messages (any other line) from stdin; Ctrl-C detaches
+    Attach(AttachArgs),
     /// Run the daemon in the foreground: runs outlive their clients; gRPC on .herd/herd.sock
     #[command(after_help = SERVE_HELP)]
     Serve(ServeArgs),
@@ -376,6 +379,11 @@ pub struct TaskArgs {
     #[arg(long)]
     pub json: bool,
 
+    /// With herd serve running: print the subagent's id and return at once (it runs on in the
+    /// daemon; herd attach ID follows it)
+    #[arg(long)]
+    pub detach: bool,
+
     #[command(flatten)]
     pub permissions: PermissionArgs,
     /// Where the agent works: shared (the directory as is), locked (under an advisory lock,
@@ -444,6 +452,18 @@ pub struct RunArgs {
     /// branch) instead of herd/<run>/integration
     #[arg(long, value_name = "BRANCH")]
     pub into: Option<String>,
+    /// With herd serve running: print the plan's id and return at once
+    #[arg(long, conflicts_with = "dry_run")]
+    pub detach: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct AttachArgs {
+    /// Subagent id (a unique prefix is enough)
+    pub id: String,
+    /// Print events as JSON lines
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]

@@ -50,7 +50,11 @@ async fn a_client_spawns_watches_answers_messages_and_cancels_through_the_daemon
     let spawned = c.spawn_subagent(claude_task("SCENARIO=d_talk go")).await.unwrap().into_inner();
     let id = spawned.subagent_id.clone();
     assert_eq!(spawned.cli, "claude");
-    let req = pb::WatchSubagentRequest { subagent_id: id.clone(), from_sequence: 0 };
+    let req = pb::WatchSubagentRequest {
+        subagent_id: id.clone(),
+        from_sequence: 0,
+        ..Default::default()
+    };
     let mut stream = c.watch_subagent(req).await.unwrap().into_inner();
     let mut seen = Vec::new();
     // Up to the permission request: the call waits for a person.
@@ -137,7 +141,7 @@ async fn a_client_spawns_watches_answers_messages_and_cancels_through_the_daemon
     let mut s = c
         .watch_subagent(pb::WatchSubagentRequest {
             subagent_id: slow.subagent_id.clone(),
-            from_sequence: 0,
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -340,4 +344,118 @@ fn a_python_grpcio_client_generated_from_the_repositorys_protos_drives_the_daemo
         "the mock never received the python client's second message"
     );
     drop(daemon);
+}
+
+/// The herd process that owns run `id`, as stored.
+fn owner_of(w: &World, id: &str) -> Option<u32> {
+    let store = herd_store::Store::open(herd_store::StatePaths::new(&w.state)).unwrap();
+    store.get(&id.parse().unwrap()).unwrap().and_then(|r| r.owner_pid)
+}
+
+fn status_of(w: &World, id: &str) -> String {
+    let (_, v) = w.json(&["show", id, "--json"]);
+    v["status"].as_str().unwrap_or_default().to_owned()
+}
+
+#[test]
+fn with_a_daemon_the_cli_goes_through_it_and_runs_outlive_their_clients() {
+    use std::io::Write;
+    let w = world_or_skip!();
+    let made = w.work.join("made-through-attach.txt");
+    let mock = MockServer::shared();
+    mock.script(
+        "cli_attach",
+        Script::new()
+            .tool_use(
+                "Bash",
+                json!({"command": format!("touch {}", made.display()), "description": "t"}),
+            )
+            .text("attach first turn")
+            .text("attach second turn"),
+    );
+    mock.script("cli_plain", Script::new().text("plain done"));
+    mock.script("cli_slow", Script::new().text("slow done").delay(Duration::from_secs(3)));
+    mock.script("cli_hang", Script::new().text("never").delay(Duration::from_secs(120)));
+    let daemon = Daemon::start(&w, &[]);
+
+    // --detach: the id at once; the daemon owns the run.
+    let out =
+        w.run(&["task", "SCENARIO=cli_attach go", "--detach", "--permission-timeout", "120s"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let id = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    assert_eq!(owner_of(&w, &id), Some(daemon.pid()), "the run is not the daemon's");
+
+    // attach: a message while its call waits, then y answers the call.
+    let mut attach = w
+        .herd(&["attach", &id])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut request = String::new();
+    assert!(wait_until(Duration::from_secs(30), || {
+        let (_, v) = w.json(&["approve", "--json"]);
+        request = v[0]["id"].as_str().unwrap_or_default().to_owned();
+        !request.is_empty()
+    }));
+    let mut stdin = attach.stdin.take().unwrap();
+    stdin.write_all(b"ATTACH-MESSAGE-93d1\n").unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    stdin.write_all(b"y\n").unwrap();
+    let out = attach.wait_with_output().unwrap();
+    drop(stdin);
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{printed}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(printed.contains("subagent_closed"), "{printed}");
+    assert!(made.exists(), "the call approved through attach did not run");
+    assert!(
+        mock.requests_for("cli_attach")
+            .iter()
+            .any(|r| r.body.to_string().contains("ATTACH-MESSAGE-93d1")),
+        "the mock never received the message typed into herd attach"
+    );
+    assert_eq!(w.result_of(&id), "attach second turn");
+
+    // logs --follow streams from the daemon to the close; ps lists through it.
+    let logs = w.run(&["logs", &id, "--follow"]);
+    let printed = String::from_utf8_lossy(&logs.stdout);
+    let last = printed.lines().last().unwrap_or_default();
+    assert!(last.contains("subagent_closed"), "{printed}");
+    let (_, ps) = w.json(&["ps", "--all", "--json"]);
+    assert!(ps.as_array().unwrap().iter().any(|r| r["id"] == id.as_str()), "{ps}");
+
+    // A foreground task through the daemon, as in-process: the result, exit 0.
+    let (code, v) = w.json(&["task", "SCENARIO=cli_plain go", "--json"]);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["result"], "plain done");
+    assert_eq!(owner_of(&w, v["id"].as_str().unwrap()), Some(daemon.pid()));
+
+    // A client killed mid-run: the run goes on in the daemon and completes.
+    let mut client = w.herd(&["task", "SCENARIO=cli_slow go"]).spawn().unwrap();
+    let mut slow = String::new();
+    assert!(wait_until(Duration::from_secs(30), || {
+        let (_, v) = w.json(&["ps", "--json"]);
+        slow = v[0]["id"].as_str().unwrap_or_default().to_owned();
+        !slow.is_empty() && v[0]["status"] == "running"
+    }));
+    client.kill().unwrap();
+    client.wait().unwrap();
+    assert!(wait_until(Duration::from_secs(30), || status_of(&w, &slow) == "completed"));
+    assert_eq!(w.result_of(&slow), "slow done");
+
+    // herd cancel through the daemon.
+    let out = w.run(&["task", "SCENARIO=cli_hang go", "--detach"]);
+    let hang = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    assert!(wait_until(Duration::from_secs(30), || status_of(&w, &hang) == "running"));
+    let out = w.run(&["cancel", &hang]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("cancelled"));
+    drop(daemon);
+    // Without a daemon: --detach is refused, attach says why.
+    let out = w.run(&["task", "x", "--detach"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("herd serve"));
+    let out = w.run(&["attach", &id]);
+    assert_eq!(out.status.code(), Some(2));
 }

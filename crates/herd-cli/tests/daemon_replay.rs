@@ -55,7 +55,11 @@ async fn watch_with_cuts(c: &mut herd_server::Client, id: &str, cuts: &[usize]) 
     let mut cuts = cuts.iter().copied();
     loop {
         let from = got.last().map_or(1, |s| s + 1);
-        let req = pb::WatchSubagentRequest { subagent_id: id.into(), from_sequence: from };
+        let req = pb::WatchSubagentRequest {
+            subagent_id: id.into(),
+            from_sequence: from,
+            with_json: false,
+        };
         let mut s = c.watch_subagent(req).await.unwrap().into_inner();
         let cut = cuts.next();
         let mut taken = 0;

@@ -107,7 +107,7 @@ impl pb::subagent_service_server::SubagentService for Api {
         let from = i64::try_from(r.from_sequence)
             .map_err(|_| status(ApiError::field("from_sequence", "from_sequence: too large")))?;
         let watch = self.svc.watch(&r.subagent_id, from).map_err(status)?;
-        Ok(Response::new(streams::subagent(watch)))
+        Ok(Response::new(streams::subagent(watch, r.with_json)))
     }
 
     async fn send_to_subagent(

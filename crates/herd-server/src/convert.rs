@@ -118,7 +118,117 @@ pub fn run(r: &RunView) -> pb::SubagentInfo {
         pending_permissions: r.pending_permissions.iter().map(permission).collect(),
         closed: r.closed,
         status_name: r.status.as_str().to_owned(),
+        failure_json: r
+            .failure
+            .as_ref()
+            .and_then(|f| serde_json::to_string(f).ok())
+            .unwrap_or_default(),
+        exit_code: r.exit_code,
+        exit_signal: r.exit_signal,
+        parent_session_id: r.parent_session_id.clone(),
+        transcript: r.transcript.display().to_string(),
     }
+}
+
+/// A run as the daemon described it, as the view a local call returns (a client renders it
+/// with the same code).
+pub fn run_view(i: pb::SubagentInfo) -> Result<RunView, ApiError> {
+    let status: RunStatus = i.status_name.parse().map_err(|e| {
+        ApiError::internal(format!("the daemon sent status {:?}: {e}", i.status_name))
+    })?;
+    let opt = |s: String| (!s.is_empty()).then_some(s);
+    let num = |n: i64| (n != 0).then_some(n);
+    let u = i.usage.unwrap_or_default();
+    Ok(RunView {
+        id: i.id,
+        parent_session_id: i.parent_session_id,
+        name: i.name,
+        cli: i.cli,
+        status,
+        failure_reason: opt(i.failure_reason),
+        prompt: i.prompt,
+        model: opt(i.model),
+        cwd: i.working_directory,
+        native_session_id: opt(i.native_session_id),
+        result: opt(i.result),
+        result_truncated: i.result_truncated,
+        num_turns: (i.num_turns != 0).then_some(i.num_turns),
+        usage: Usage {
+            input_tokens: u.input_tokens,
+            output_tokens: u.output_tokens,
+            cache_creation_input_tokens: u.cache_creation_input_tokens,
+            cache_read_input_tokens: u.cache_read_input_tokens,
+        },
+        cost_usd: (i.cost_usd != 0.0).then_some(i.cost_usd),
+        pid: (i.pid != 0).then_some(i.pid),
+        exit_code: i.exit_code,
+        exit_signal: i.exit_signal,
+        created_at: i.created_at,
+        started_at: num(i.started_at),
+        completed_at: num(i.completed_at),
+        duration_ms: num(i.duration_ms),
+        worktree: i.worktree.map(worktree_view),
+        pending_permissions: i.pending_permissions.into_iter().map(permission_view).collect(),
+        failure: serde_json::from_str(&i.failure_json).ok(),
+        closed: i.closed,
+        transcript: i.transcript.into(),
+    })
+}
+
+/// A permission request as the daemon described it, as the local view.
+pub fn permission_view(p: pb::PermissionRequestInfo) -> PermissionRequestView {
+    let opt = |s: String| (!s.is_empty()).then_some(s);
+    PermissionRequestView {
+        expires_in_s: (p.expires_at - herd_store::now_ms()).max(0) / 1000,
+        id: p.id,
+        subagent_id: p.subagent_id,
+        tool: p.tool,
+        input_preview: p.input_preview,
+        input_sha256: p.input_sha256,
+        status: p.status,
+        created_at: p.created_at,
+        expires_at: p.expires_at,
+        always: p.always,
+        reason: opt(p.reason),
+        decided_by: opt(p.decided_by),
+    }
+}
+
+fn worktree_view(w: pb::WorktreeInfo) -> WorktreeView {
+    let opt = |s: String| (!s.is_empty()).then_some(s);
+    WorktreeView {
+        id: w.id,
+        kind: w.kind,
+        run_id: w.run_id,
+        step: w.step,
+        subagent_id: opt(w.subagent_id),
+        repo: w.repo,
+        path: w.path,
+        branch: w.branch,
+        base: w.base,
+        integration_branch: opt(w.integration_branch),
+        status: w.status,
+        head: None,
+        merge_commit: None,
+        created_at: w.created_at,
+        merged_at: None,
+        removed_at: None,
+    }
+}
+
+/// An event the daemon sent with its JSON (`with_json`), as stored.
+pub fn stored_event(e: &pb::AgentEvent) -> Result<StoredEvent, ApiError> {
+    let bad =
+        |why: String| ApiError::internal(format!("the daemon sent event {}: {why}", e.sequence));
+    Ok(StoredEvent {
+        subagent_id: e.subagent_id.parse().map_err(|x| bad(format!("{x}")))?,
+        seq: e.sequence as i64,
+        ts: e.timestamp.map_or(0, |t| t.seconds * 1000 + i64::from(t.nanos) / 1_000_000),
+        parent_tool_use_id: (!e.parent_tool_use_id.is_empty())
+            .then(|| e.parent_tool_use_id.clone()),
+        event: serde_json::from_str(&e.json)
+            .map_err(|x| bad(format!("{x} (asked without with_json?)")))?,
+    })
 }
 
 pub fn permission(p: &PermissionRequestView) -> pb::PermissionRequestInfo {
@@ -265,6 +375,7 @@ pub fn event(e: &StoredEvent) -> pb::AgentEvent {
         parent_tool_use_id: e.parent_tool_use_id.clone().unwrap_or_default(),
         subagent_id: e.subagent_id.to_string(),
         kind: e.event.kind().to_owned(),
+        json: String::new(),
         event: Some(typed),
     }
 }

@@ -173,7 +173,7 @@ pub fn task_spec(r: pb::SpawnSubagentRequest) -> Result<TaskSpec, ApiError> {
         ask: r.ask,
         max_turns: positive("max_turns", r.max_turns)?,
         timeout: secs(r.timeout_seconds),
-        max_output_kb: None,
+        max_output_kb: (r.max_output_kb > 0).then_some(r.max_output_kb),
         env: r.env.into_iter().collect(),
         cwd: some(r.working_directory).map(PathBuf::from),
         workspace: WorkspaceSpec {
@@ -182,8 +182,8 @@ pub fn task_spec(r: pb::SpawnSubagentRequest) -> Result<TaskSpec, ApiError> {
             wait: r.wait_for_lock,
             into: some(r.into),
             base: some(r.base),
-            setup: None,
-            auto_commit: None,
+            setup: some(r.setup),
+            auto_commit: r.no_auto_commit.then_some(false),
         },
         auto_approve: auto,
         permission_timeout: secs(r.permission_timeout_seconds),
@@ -260,6 +260,92 @@ pub fn plan_text(p: &pb::OrchestrationPlan) -> Result<String, ApiError> {
     Ok(plan.to_string())
 }
 
+/// A caller as the wire's context: a herd client speaking for itself to a daemon.
+pub fn context(c: &Caller) -> Result<pb::CallerContext, ApiError> {
+    let policy_layers_json = if c.inherited.is_empty() {
+        String::new()
+    } else {
+        serde_json::to_string(&c.inherited).map_err(|e| ApiError::internal(e.to_string()))?
+    };
+    Ok(pb::CallerContext {
+        project_root: c.project_root.display().to_string(),
+        cwd: c.cwd.display().to_string(),
+        depth: c.depth,
+        max_depth: c.max_depth,
+        policy_layers_json,
+        who: c.who.clone(),
+    })
+}
+
+/// A task spec as a spawn request (what a herd client sends its daemon). Grants are refused:
+/// their secret values stay in the process that read them.
+pub fn spawn_request(
+    spec: TaskSpec,
+    caller: pb::CallerContext,
+) -> Result<pb::SpawnSubagentRequest, ApiError> {
+    if !spec.grants.is_empty() {
+        return Err(ApiError::field(
+            "grants",
+            "--grant is not sent to the daemon (a granted secret stays in the process that read \
+             it); run this task without herd serve running, or without --grant",
+        ));
+    }
+    let w = &spec.workspace;
+    let (workspace, worktree_lock) = match (w.mode, w.lock) {
+        (WorkspaceMode::Isolated, _) => (pb::WorkspaceMode::Isolated, None),
+        (WorkspaceMode::Locked, lock) => {
+            (pb::WorkspaceMode::Locked, Some(lock.unwrap_or(LockMode::Exclusive)))
+        }
+        (WorkspaceMode::Shared, lock) => (pb::WorkspaceMode::Shared, lock),
+    };
+    let auto = spec.auto_approve.as_ref().map(|a| pb::AutoApproveConfig {
+        max_duration_seconds: i32::try_from(a.max_duration.as_secs()).unwrap_or(i32::MAX),
+        tool_calls_per_minute: a.tool_calls_per_minute as i32,
+        tool_calls_per_session: a.tool_calls_per_session as i32,
+        bash_commands_per_minute: a.bash_per_minute as i32,
+        write_operations_per_minute: a.writes_per_minute as i32,
+        queue_on_rate_limit: a.queue_on_rate_limit,
+    });
+    let secs = |d: Option<Duration>| {
+        d.map_or(0, |d| u32::try_from(d.as_secs().max(1)).unwrap_or(u32::MAX))
+    };
+    Ok(pb::SpawnSubagentRequest {
+        parent_session_id: String::new(),
+        prompt: spec.prompt,
+        model: spec.model.unwrap_or_default(),
+        working_directory: spec.cwd.map(|p| p.display().to_string()).unwrap_or_default(),
+        allowed_tools: spec.tools.unwrap_or_default(),
+        max_turns: spec.max_turns.map_or(0, |n| i32::try_from(n).unwrap_or(i32::MAX)),
+        env: spec.env.into_iter().collect(),
+        name: spec.name.unwrap_or_default(),
+        auto_approve_permissions: auto.is_some(),
+        worktree_lock: match worktree_lock {
+            None => pb::WorktreeLockMode::WorktreeLockNone,
+            Some(LockMode::Shared) => pb::WorktreeLockMode::WorktreeLockShared,
+            Some(LockMode::Exclusive) => pb::WorktreeLockMode::WorktreeLockExclusive,
+        } as i32,
+        auto_approve_config: auto,
+        wait_for_lock: w.wait,
+        agent: spec.agent.unwrap_or_default(),
+        inputs: spec.inputs.into_iter().collect(),
+        workspace: workspace as i32,
+        cli: spec.cli.map(|c| c.to_string()).unwrap_or_default(),
+        command: spec.command,
+        allow: spec.allow,
+        deny: spec.deny,
+        ask: spec.ask,
+        timeout_seconds: secs(spec.timeout),
+        permission_timeout_seconds: secs(spec.permission_timeout),
+        resume: spec.resume.unwrap_or_default(),
+        caller: Some(caller),
+        into: w.into.clone().unwrap_or_default(),
+        base: w.base.clone().unwrap_or_default(),
+        setup: w.setup.clone().unwrap_or_default(),
+        no_auto_commit: w.auto_commit == Some(false),
+        max_output_kb: spec.max_output_kb.unwrap_or(0),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -283,6 +369,37 @@ mod tests {
         assert_eq!(task_spec(bad).unwrap_err().field_name(), Some("workspace"));
         let bad = pb::SpawnSubagentRequest { cli: "vim".into(), ..Default::default() };
         assert_eq!(task_spec(bad).unwrap_err().field_name(), Some("cli"));
+    }
+
+    #[test]
+    fn a_task_spec_goes_over_the_wire_and_back_unchanged() {
+        let spec = TaskSpec {
+            prompt: "go".into(),
+            cli: Some(BackendKind::Claude),
+            tools: Some(vec!["Read".into()]),
+            max_turns: Some(3),
+            timeout: Some(Duration::from_secs(90)),
+            auto_approve: Some(AutoApproveConfig { bash_per_minute: 7, ..Default::default() }),
+            workspace: WorkspaceSpec {
+                mode: WorkspaceMode::Locked,
+                lock: Some(LockMode::Shared),
+                wait: true,
+                ..Default::default()
+            },
+            allow: vec!["Bash(ls)".into()],
+            ..Default::default()
+        };
+        let back = task_spec(spawn_request(spec, pb::CallerContext::default()).unwrap()).unwrap();
+        assert_eq!(back.cli, Some(BackendKind::Claude));
+        assert_eq!(back.tools, Some(vec!["Read".to_owned()]));
+        assert_eq!((back.max_turns, back.timeout), (Some(3), Some(Duration::from_secs(90))));
+        assert_eq!(back.auto_approve.unwrap().bash_per_minute, 7);
+        assert_eq!(
+            (back.workspace.mode, back.workspace.lock),
+            (WorkspaceMode::Locked, Some(LockMode::Shared))
+        );
+        assert!(back.workspace.wait);
+        assert_eq!(back.allow, ["Bash(ls)"]);
     }
 
     #[test]

@@ -22,11 +22,20 @@ const BATCH: usize = 500;
 const REREAD: Duration = Duration::from_millis(250);
 
 /// A run's events as a stream; it ends after the run's closing event.
-pub fn subagent(mut watch: Watch) -> EventStream<pb::AgentEvent> {
+/// With `json`, each event carries its stored JSON too.
+pub fn subagent(mut watch: Watch, json: bool) -> EventStream<pb::AgentEvent> {
     let (tx, rx) = mpsc::channel(BUFFER);
     tokio::spawn(async move {
         while let Some(next) = watch.next().await {
-            let item = next.map(|e| convert::event(&e)).map_err(status);
+            let item = next
+                .map(|e| {
+                    let mut ev = convert::event(&e);
+                    if json {
+                        ev.json = serde_json::to_string(&e.event).unwrap_or_default();
+                    }
+                    ev
+                })
+                .map_err(status);
             let failed = item.is_err();
             if tx.send(item).await.is_err() || failed {
                 return;

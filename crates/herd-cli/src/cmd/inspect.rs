@@ -11,8 +11,13 @@ use crate::cli::{LogsArgs, PsArgs, ShowArgs};
 use crate::fmt;
 
 pub fn ps(state_dir: &Path, a: PsArgs) -> anyhow::Result<u8> {
-    let svc = super::open_service(state_dir, "cli")?;
-    let rows = svc.runs(RunFilter { all: a.all, limit: a.limit })?;
+    let rows = match super::remote::connect(state_dir)? {
+        Some(daemon) => super::remote::ps(daemon, &a)?,
+        None => {
+            let svc = super::open_service(state_dir, "cli")?;
+            svc.runs(RunFilter { all: a.all, limit: a.limit })?
+        }
+    };
     let mut out = std::io::stdout().lock();
     if a.json {
         writeln!(out, "{}", serde_json::to_string(&rows)?)?;
@@ -112,6 +117,12 @@ pub fn show(state_dir: &Path, a: ShowArgs) -> anyhow::Result<u8> {
 }
 
 pub fn logs(state_dir: &Path, a: LogsArgs) -> anyhow::Result<u8> {
+    if a.follow
+        && !a.raw
+        && let Some(daemon) = super::remote::connect(state_dir)?
+    {
+        return super::remote::logs_follow(daemon, &a);
+    }
     let svc = super::open_service(state_dir, "cli")?;
     let run = svc.run(&a.id)?;
     if a.raw {
@@ -146,7 +157,7 @@ pub fn logs(state_dir: &Path, a: LogsArgs) -> anyhow::Result<u8> {
     })
 }
 
-fn print_event(out: &mut impl Write, e: &StoredEvent, json: bool) -> anyhow::Result<()> {
+pub(crate) fn print_event(out: &mut impl Write, e: &StoredEvent, json: bool) -> anyhow::Result<()> {
     if json {
         writeln!(out, "{}", serde_json::to_string(e)?)?;
     } else {

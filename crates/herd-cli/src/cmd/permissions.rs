@@ -5,35 +5,42 @@ use std::io::Write;
 use std::path::Path;
 use std::time::UNIX_EPOCH;
 
-use herd_engine::service::{Answer, AuditQuery, Service};
+use herd_engine::service::{Answer, AuditQuery, PermissionRequestView};
 
 use crate::cli::{ApproveArgs, AuditArgs, DenyArgs, GcArgs, RevokeArgs};
 use crate::{UsageError, fmt};
 
 pub fn approve(state_dir: &Path, a: ApproveArgs) -> anyhow::Result<u8> {
-    let svc = super::open_service(state_dir, "cli")?;
     let Some(id) = a.id else {
-        return list_pending(&svc, a.json);
+        let rows = match super::remote::connect(state_dir)? {
+            Some(daemon) => super::remote::pending(daemon)?,
+            None => super::open_service(state_dir, "cli")?.pending(None)?,
+        };
+        return list_pending(rows, a.json);
     };
-    answer(&svc, &id, Answer { allow: true, always: a.always, reason: None })
+    answer(state_dir, &id, Answer { allow: true, always: a.always, reason: None })
 }
 
 pub fn deny(state_dir: &Path, a: DenyArgs) -> anyhow::Result<u8> {
-    let svc = super::open_service(state_dir, "cli")?;
-    answer(&svc, &a.id, Answer { allow: false, always: false, reason: a.reason })
+    answer(state_dir, &a.id, Answer { allow: false, always: false, reason: a.reason })
 }
 
-fn answer(svc: &Service, id: &str, a: Answer) -> anyhow::Result<u8> {
-    let caller = super::caller(super::person())?;
+/// Through a running daemon (its gate hears at once), else through the store.
+fn answer(state_dir: &Path, id: &str, a: Answer) -> anyhow::Result<u8> {
     let verb = if a.allow { "approved" } else { "denied" };
-    let rt = super::runtime()?;
-    let r = rt.block_on(svc.answer(id, a, &caller))?;
+    let r = match super::remote::connect(state_dir)? {
+        Some(daemon) => super::remote::answer(daemon, id, a.allow, a.always, a.reason)?,
+        None => {
+            let svc = super::open_service(state_dir, "cli")?;
+            let caller = super::caller(super::person())?;
+            super::runtime()?.block_on(svc.answer(id, a, &caller))?
+        }
+    };
     println!("{} {verb}", r.id);
     Ok(0)
 }
 
-fn list_pending(svc: &Service, json_out: bool) -> anyhow::Result<u8> {
-    let rows = svc.pending(None)?;
+fn list_pending(rows: Vec<PermissionRequestView>, json_out: bool) -> anyhow::Result<u8> {
     let mut out = std::io::stdout().lock();
     if json_out {
         writeln!(out, "{}", serde_json::to_string(&rows)?)?;

@@ -17,6 +17,19 @@ use crate::cli::RunArgs;
 use crate::{exit, fmt};
 
 pub fn run(state_dir: &Path, a: RunArgs) -> anyhow::Result<u8> {
+    if !a.dry_run
+        && let Some(daemon) = super::remote::connect(state_dir)?
+    {
+        return super::remote::plan(daemon, a);
+    }
+    if a.detach {
+        return Err(crate::UsageError(format!(
+            "--detach leaves the plan to herd serve, and none runs on {}; start one (herd serve) \
+             or run the plan in the foreground",
+            state_dir.display()
+        ))
+        .into());
+    }
     let spec = PlanSpec {
         source: PlanSource::File(a.plan.clone()),
         max_concurrent: a.max_concurrent.map(|n| n as usize),

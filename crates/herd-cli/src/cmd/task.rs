@@ -17,6 +17,17 @@ use crate::cli::{PermissionArgs, TaskArgs};
 use crate::{UsageError, exit, fmt};
 
 pub fn run(state_dir: &Path, args: TaskArgs) -> anyhow::Result<u8> {
+    if let Some(daemon) = super::remote::connect(state_dir)? {
+        return super::remote::task(daemon, args);
+    }
+    if args.detach {
+        return Err(UsageError(format!(
+            "--detach leaves the task to herd serve, and none runs on {}; start one (herd serve) \
+             or run the task in the foreground",
+            state_dir.display()
+        ))
+        .into());
+    }
     let json_out = args.json;
     let explain = args.explain;
     let spec = spec(args)?;
@@ -192,7 +203,7 @@ async fn show_progress(
     }
 }
 
-fn print_report(r: &RunView, json_out: bool, live: bool) -> anyhow::Result<()> {
+pub(crate) fn print_report(r: &RunView, json_out: bool, live: bool) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     if json_out {
         writeln!(out, "{}", serde_json::to_string(r)?)?;

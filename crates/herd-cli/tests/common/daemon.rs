@@ -77,7 +77,8 @@ pub fn claude_task(prompt: &str) -> pb::SpawnSubagentRequest {
 
 /// Every event of a run from `from` on, to the end of its stream.
 pub async fn watch_all(c: &mut Client, id: &str, from: u64) -> Vec<pb::AgentEvent> {
-    let req = pb::WatchSubagentRequest { subagent_id: id.into(), from_sequence: from };
+    let req =
+        pb::WatchSubagentRequest { subagent_id: id.into(), from_sequence: from, with_json: false };
     let mut s = c.watch_subagent(req).await.unwrap().into_inner();
     let mut out = Vec::new();
     while let Some(e) = s.message().await.unwrap() {
