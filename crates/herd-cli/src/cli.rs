@@ -438,7 +438,12 @@ results in its prompt. Exit 0 only if every step completed.";
 #[derive(Debug, Args)]
 pub struct RunArgs {
     /// The plan file (.yml, .yaml or .json)
-    pub plan: PathBuf,
+    #[arg(required_unless_present = "resume")]
+    pub plan: Option<PathBuf>,
+    /// Run the steps of an ended plan (interrupted, failed or cancelled) that had not completed,
+    /// under its id; completed steps are not run again, their results still feed dependents
+    #[arg(long, value_name = "PLAN_ID", conflicts_with_all = ["plan", "dry_run", "into"])]
+    pub resume: Option<String>,
     /// Run at most this many steps at once (1-20; overrides limits.max_concurrent, default 5)
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=20))]
     pub max_concurrent: Option<u32>,

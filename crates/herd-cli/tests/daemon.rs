@@ -459,3 +459,123 @@ fn with_a_daemon_the_cli_goes_through_it_and_runs_outlive_their_clients() {
     let out = w.run(&["attach", &id]);
     assert_eq!(out.status.code(), Some(2));
 }
+
+#[test]
+fn after_a_kill_9_the_next_daemon_accounts_for_every_run_and_resume_runs_only_unfinished_steps() {
+    let w = world_or_skip!();
+    let mock = MockServer::shared();
+    for s in ["a", "b", "e", "f"] {
+        mock.script(&format!("kill_{s}"), Script::new().text(format!("{s} done")));
+    }
+    // c and d hang in their model call until the daemon dies.
+    for s in ["c", "d"] {
+        mock.script(
+            &format!("kill_{s}"),
+            Script::new().text("never").delay(Duration::from_secs(300)),
+        );
+    }
+    let plan = "name: crash\nsteps:\n\
+        - {id: a, prompt: \"SCENARIO=kill_a go\"}\n\
+        - {id: b, prompt: \"SCENARIO=kill_b go\"}\n\
+        - {id: c, prompt: \"SCENARIO=kill_c go\", depends_on: [a]}\n\
+        - {id: d, prompt: \"SCENARIO=kill_d go\", depends_on: [b]}\n\
+        - {id: e, prompt: \"SCENARIO=kill_e go\", depends_on: [c, d]}\n\
+        - {id: f, prompt: \"SCENARIO=kill_f go\", depends_on: [e]}\n";
+    std::fs::write(w.work.join("crash.yml"), plan).unwrap();
+    let mut first = Daemon::start(&w, &[]);
+    let out = w.run(&["run", "crash.yml", "--detach"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let plan_id = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    let store = || herd_store::Store::open(herd_store::StatePaths::new(&w.state)).unwrap();
+    let step = |key: &str| {
+        store().steps(&plan_id).unwrap().into_iter().find(|s| s.step_key == key).unwrap()
+    };
+    // Kill -9 while c and d run (their agents alive), a and b completed.
+    let mut hung = Vec::new();
+    assert!(wait_until(Duration::from_secs(60), || {
+        hung = ["c", "d"]
+            .iter()
+            .filter_map(|k| {
+                let s = step(k);
+                let run = store().get(&s.subagent_id?.parse().unwrap()).unwrap()?;
+                (run.status == herd_core::Status::Running && run.pid.is_some()).then_some(run)
+            })
+            .collect();
+        hung.len() == 2
+    }));
+    assert_eq!((step("a").status, step("b").status), ("completed".into(), "completed".into()));
+    let asked = |s: &str| mock.requests_for(&format!("kill_{s}")).len();
+    let (asked_a, asked_b) = (asked("a"), asked("b"));
+    first.kill9();
+    // Nothing of the dead daemon's runs stays alive (its guards take their groups down).
+    let alive = |r: &herd_store::SubagentRow| {
+        herd_engine::procfs::is_same_process(r.pid.unwrap(), r.process_start_time)
+    };
+    assert!(
+        wait_until(Duration::from_secs(15), || !hung.iter().any(alive)),
+        "an agent outlived its daemon"
+    );
+
+    // The next daemon reconciles: the runs failed(orphaned), the plan interrupted.
+    for s in ["c", "d"] {
+        mock.script(&format!("kill_{s}"), Script::new().text(format!("{s} done")));
+    }
+    let _second = Daemon::start(&w, &[]);
+    for r in &hung {
+        let row = store().get(&r.id.parse().unwrap()).unwrap().unwrap();
+        assert_eq!(row.status, herd_core::Status::Failed);
+        assert_eq!(row.failure_reason.as_deref(), Some("orphaned"), "{row:?}");
+        assert!(row.closed_at.is_some());
+    }
+    assert!(store().active_runs().unwrap().is_empty(), "a run of the dead daemon is still active");
+    assert_eq!(store().orchestration(&plan_id).unwrap().unwrap().status, "interrupted");
+    let a_run = step("a").subagent_id;
+
+    // --resume (through the new daemon) runs only what had not completed.
+    let (code, v) = w.json(&["run", "--resume", &plan_id, "--json"]);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["status"], "completed", "{v}");
+    assert_eq!(store().orchestration(&plan_id).unwrap().unwrap().status, "completed");
+    assert_eq!((asked("a"), asked("b")), (asked_a, asked_b), "a completed step was asked again");
+    assert_eq!(step("a").subagent_id, a_run, "a completed step was run again");
+    for s in ["c", "d", "e", "f"] {
+        assert_eq!(step(s).status, "completed", "{s}");
+    }
+    // A completed step's result still feeds its dependent.
+    let c_asked = mock.requests_for("kill_c");
+    assert!(
+        c_asked.last().unwrap().body.to_string().contains("a done"),
+        "c did not get a's result"
+    );
+    let e_asked = mock.requests_for("kill_e");
+    let e_body = e_asked.last().unwrap().body.to_string();
+    assert!(e_body.contains("c done") && e_body.contains("d done"), "{e_body}");
+}
+
+#[test]
+fn without_a_daemon_resume_reruns_a_failed_plans_unfinished_steps_in_process() {
+    let w = world_or_skip!();
+    let mock = MockServer::shared();
+    mock.script("res_a", Script::new().text("a fine"));
+    mock.script("res_b", Script::new().error(500, "the model broke"));
+    mock.script("res_c", Script::new().text("c fine"));
+    let plan = "name: again\nsteps:\n\
+        - {id: a, prompt: \"SCENARIO=res_a go\"}\n\
+        - {id: b, prompt: \"SCENARIO=res_b go\", depends_on: [a]}\n\
+        - {id: c, prompt: \"SCENARIO=res_c go\", depends_on: [b]}\n";
+    std::fs::write(w.work.join("again.yml"), plan).unwrap();
+    let (code, v) = w.json(&["run", "again.yml", "--json"]);
+    assert_eq!(code, 1, "{v}");
+    let id = v["id"].as_str().unwrap().to_owned();
+    let asked_a = mock.requests_for("res_a").len();
+    mock.script("res_b", Script::new().text("b fine now"));
+    let (code, v) = w.json(&["run", "--resume", &id, "--json"]);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["id"], id.as_str());
+    assert_eq!(mock.requests_for("res_a").len(), asked_a, "a completed step was asked again");
+    assert!(mock.requests_for("res_b").last().unwrap().body.to_string().contains("a fine"));
+    // A completed plan has nothing to resume.
+    let out = w.run(&["run", "--resume", &id]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("nothing to resume"));
+}

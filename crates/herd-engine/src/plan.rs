@@ -58,6 +58,26 @@ pub struct PlanOptions {
     pub max_per_parent: Option<u32>,
     /// Told once the plan and its steps are stored (dropped unsent if it fails before).
     pub stored: Option<tokio::sync::oneshot::Sender<()>>,
+    /// A resumed plan (already stored, reopened): its steps that completed before.
+    pub resume: Option<Resume>,
+}
+
+/// What an earlier run of a plan completed: those steps are not run again, their results feed
+/// their dependents and their cost counts.
+#[derive(Debug, Clone, Default)]
+pub struct Resume {
+    /// By step id.
+    pub done: HashMap<String, PriorStep>,
+}
+
+/// A step completed by an earlier run of its plan.
+#[derive(Debug, Clone, Default)]
+pub struct PriorStep {
+    pub subagent_id: String,
+    pub result: String,
+    pub cost_usd: f64,
+    pub usage: Usage,
+    pub attempts: u32,
 }
 
 /// What happened to one step.
@@ -191,18 +211,21 @@ impl Engine {
             Some(r) => self.session_of(&r.caller)?,
             None => self.session_of(&crate::RunCaller::default())?,
         };
-        w.create_orchestration(NewOrchestration {
-            id: plan_id.clone(),
-            session,
-            name: plan.name.clone(),
-            strategy: format!("{:?}", plan.strategy).to_lowercase(),
-            plan: serde_json::to_string(plan).unwrap_or_default(),
-            source_file: opts.source_file.clone(),
-            steps: new_steps,
-            owner_pid: me,
-            owner_start_time: me_start,
-        })
-        .await?;
+        // A resumed plan is stored already (and reopened by its caller).
+        if opts.resume.is_none() {
+            w.create_orchestration(NewOrchestration {
+                id: plan_id.clone(),
+                session,
+                name: plan.name.clone(),
+                strategy: format!("{:?}", plan.strategy).to_lowercase(),
+                plan: serde_json::to_string(plan).unwrap_or_default(),
+                source_file: opts.source_file.clone(),
+                steps: new_steps,
+                owner_pid: me,
+                owner_start_time: me_start,
+            })
+            .await?;
+        }
         w.finish_orchestration(&plan_id, "running", herd_store::PlanTotals::default()).await?;
         if let Some(stored) = opts.stored.take() {
             let _ = stored.send(());
@@ -307,6 +330,21 @@ impl Engine {
                 match action {
                     Action::Start { step, attempt } => {
                         let s = &plan.steps[step];
+                        // Completed by an earlier run of this plan: done without running.
+                        if let Some(prior) = opts.resume.as_ref().and_then(|r| r.done.get(&s.id)) {
+                            results.insert(step, prior.result.clone());
+                            cost += prior.cost_usd;
+                            usage.add(&prior.usage);
+                            let o = &mut outcomes[step];
+                            o.subagent_id = Some(prior.subagent_id.clone());
+                            o.attempts = prior.attempts;
+                            o.cost_usd = Some(prior.cost_usd);
+                            o.usage = prior.usage;
+                            tally.settle(o, "completed".into(), None);
+                            resolved[step] = true;
+                            actions.extend(sched.on_finished(step, true));
+                            continue;
+                        }
                         let parts = step_parts(plan, step, &results, opts.summary_cap);
                         let mut req = step_request(s, &opts.requests[step], parts);
                         req.plan_step = Some((plan_id.clone(), s.id.clone()));

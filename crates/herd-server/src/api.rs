@@ -293,6 +293,23 @@ impl pb::subagent_service_server::SubagentService for Api {
         )))
     }
 
+    async fn resume_orchestration(
+        &self,
+        req: Request<pb::ResumeOrchestrationRequest>,
+    ) -> Reply<pb::OrchestrationResponse> {
+        let r = req.into_inner();
+        need("orchestration_id", &r.orchestration_id)?;
+        let caller = self.caller(r.caller.as_ref(), "")?;
+        let max = (r.max_concurrent > 0).then_some(r.max_concurrent as usize);
+        let started =
+            self.svc.resume_plan(&caller, &r.orchestration_id, max).await.map_err(status)?;
+        Ok(Response::new(pb::OrchestrationResponse {
+            orchestration_id: started.id,
+            name: started.name,
+            steps: started.steps as u32,
+        }))
+    }
+
     async fn get_orchestration(
         &self,
         req: Request<pb::GetOrchestrationRequest>,

@@ -93,7 +93,8 @@ pub fn orchestration(
                 if tx.send(Ok(msg)).await.is_err() {
                     return;
                 }
-                ended |= is_terminal(&e.kind);
+                // An end the plan has since been resumed from is not the stream's end.
+                ended |= is_terminal(&e.kind) && svc.plan(&id).is_ok_and(|p| p.is_terminal());
             }
             if ended {
                 break 'plan;

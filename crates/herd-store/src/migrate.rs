@@ -205,11 +205,13 @@ CREATE UNIQUE INDEX idx_orch_step_key ON orchestration_steps(orchestration_id, s
 "#,
     // 6: CHECKs and the active-runs index as comparisons, not `IN (…)` lists (tables rebuilt).
     include_str!("migrations/006_check_comparisons.sql"),
+    // 7: plans may be `interrupted` (their herd died with steps unfinished).
+    include_str!("migrations/007_plan_interrupted.sql"),
 ];
 
 /// Migrations (numbered from 1) that rebuild tables. They run with foreign keys off: dropping a
 /// table others refer to would fail otherwise. They are checked before their commit instead.
-const REBUILDS: &[usize] = &[6];
+const REBUILDS: &[usize] = &[6, 7];
 
 /// The schema version this build writes.
 pub(crate) const LATEST: i64 = MIGRATIONS.len() as i64;

@@ -34,6 +34,8 @@ pub struct StepRow {
     pub subagent_id: Option<String>,
     pub attempts: u32,
     pub sequence: u32,
+    /// Where its runs work (resolved when the plan was stored).
+    pub working_directory: Option<String>,
 }
 
 /// A plan run that has not ended, and the herd process that owns it.
@@ -250,7 +252,8 @@ impl Store {
         Ok(rows)
     }
 
-    /// Mark a plan whose owner died `failed`, and its unfinished steps `failed(orphaned)`.
+    /// Mark a plan whose owner died `interrupted` (`herd run --resume` runs what had not
+    /// completed), and its unfinished steps `failed(orphaned)` or, never started, cancelled.
     pub fn fail_orphaned_orchestration(&mut self, id: &str) -> Result<()> {
         let tx = self.conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
         // Steps that were under way failed with their herd; those never started are cancelled.
@@ -266,14 +269,14 @@ impl Store {
         )?;
         // Status only: the cost and token roll-ups written so far stay.
         tx.exec(
-            "UPDATE orchestrations SET status = 'failed', completed_at = ?2 WHERE id = ?1",
+            "UPDATE orchestrations SET status = 'interrupted', completed_at = ?2 WHERE id = ?1",
             params![id, now_ms()],
         )?;
         append_plan_event(
             &tx,
             id,
             now_ms(),
-            "plan_failed",
+            "plan_interrupted",
             None,
             &serde_json::json!({"reason": "orphaned"}),
         )?;
@@ -310,7 +313,8 @@ impl Store {
 
     pub fn steps(&self, orch: &str) -> Result<Vec<StepRow>> {
         let mut stmt = self.conn().prepare(
-            "SELECT step_key, name, status, failure_reason, subagent_id, attempts, sequence
+            "SELECT step_key, name, status, failure_reason, subagent_id, attempts, sequence,
+                    working_directory
              FROM orchestration_steps WHERE orchestration_id = ?1 ORDER BY sequence",
         )?;
         let rows = stmt
@@ -323,10 +327,54 @@ impl Store {
                     subagent_id: r.get(4)?,
                     attempts: r.get(5)?,
                     sequence: r.get(6)?,
+                    working_directory: r.get(7)?,
                 })
             })?
             .collect::<rusqlite::Result<_>>()?;
         Ok(rows)
+    }
+
+    /// The plan as it was run (JSON text of the validated plan) and the file it came from.
+    pub fn orchestration_plan(&self, id: &str) -> Result<Option<(String, Option<String>)>> {
+        Ok(self
+            .conn()
+            .one("SELECT plan, source_file FROM orchestrations WHERE id = ?1", [id], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
+            .optional()?)
+    }
+
+    /// Take up a plan that ended unfinished (`interrupted`, `failed`, `cancelled`) again, owned
+    /// by `owner` now: its steps that had not completed are `pending` again (their runs stay
+    /// recorded), a `plan_resumed` event says which had. False if it is not in such a state.
+    pub fn reopen_orchestration(&mut self, id: &str, owner: (u32, Option<u64>)) -> Result<bool> {
+        let tx = self.conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let n = tx.exec(
+            "UPDATE orchestrations SET status = 'running', completed_at = NULL, owner_pid = ?2,
+                    owner_start_time = ?3
+             WHERE id = ?1 AND (status = 'interrupted' OR status = 'failed' OR status = 'cancelled')",
+            params![id, owner.0, owner.1.map(|v| v as i64)],
+        )?;
+        if n == 0 {
+            return Ok(false);
+        }
+        let kept: Vec<String> = tx
+            .prepare(
+                "SELECT step_key FROM orchestration_steps
+                 WHERE orchestration_id = ?1 AND status = 'completed' ORDER BY sequence",
+            )?
+            .query_map([id], |r| r.get(0))?
+            .collect::<rusqlite::Result<_>>()?;
+        tx.exec(
+            "UPDATE orchestration_steps SET status = 'pending', failure_reason = NULL,
+                    completed_at = NULL
+             WHERE orchestration_id = ?1 AND status != 'completed'",
+            [id],
+        )?;
+        let payload = serde_json::json!({"completed_steps": kept});
+        append_plan_event(&tx, id, now_ms(), "plan_resumed", None, &payload)?;
+        tx.commit()?;
+        Ok(true)
     }
 
     /// Plan events in order.

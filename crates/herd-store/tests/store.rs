@@ -387,5 +387,19 @@ async fn an_orphaned_plan_fails_its_running_steps_and_cancels_those_never_starte
             ("c".into(), "cancelled".into(), Some("orphaned".into())),
         ]
     );
-    assert_eq!(store.orchestration("o1").unwrap().unwrap().status, "failed");
+    assert_eq!(store.orchestration("o1").unwrap().unwrap().status, "interrupted");
+    assert_eq!(store.plan_events("o1").unwrap().last().unwrap().kind, "plan_interrupted");
+
+    // Resumed: what had not completed is pending again; a running plan is not reopened.
+    assert!(store.reopen_orchestration("o1", (std::process::id(), None)).unwrap());
+    let statuses: Vec<_> = store.steps("o1").unwrap().into_iter().map(|s| s.status).collect();
+    assert_eq!(statuses, ["pending", "completed", "pending"]);
+    let o = store.orchestration("o1").unwrap().unwrap();
+    assert_eq!((o.status.as_str(), o.completed_at), ("running", None));
+    let last = store.plan_events("o1").unwrap().pop().unwrap();
+    assert_eq!(
+        (last.kind.as_str(), last.payload.as_str()),
+        ("plan_resumed", r#"{"completed_steps":["b"]}"#)
+    );
+    assert!(!store.reopen_orchestration("o1", (std::process::id(), None)).unwrap());
 }

@@ -30,8 +30,9 @@ pub fn run(state_dir: &Path, a: RunArgs) -> anyhow::Result<u8> {
         ))
         .into());
     }
+    // Without a file, `--resume` names the plan (clap requires one of the two).
     let spec = PlanSpec {
-        source: PlanSource::File(a.plan.clone()),
+        source: PlanSource::File(a.plan.clone().unwrap_or_default()),
         max_concurrent: a.max_concurrent.map(|n| n as usize),
         into: a.into.clone(),
     };
@@ -53,7 +54,7 @@ pub fn run(state_dir: &Path, a: RunArgs) -> anyhow::Result<u8> {
     // On a worker, not on this thread: the plan loop and its runs wake each other on every
     // step, and a wake-up within the pool's threads is cheaper than one across to this one.
     let run = rt.spawn(async move {
-        let out = run_async(&svc, &caller, spec, a.json).await;
+        let out = run_async(&svc, &caller, spec, a.resume, a.json).await;
         svc.shutdown().await?;
         out
     });
@@ -89,9 +90,13 @@ async fn run_async(
     svc: &Service,
     caller: &Caller,
     spec: PlanSpec,
+    resume: Option<String>,
     json_out: bool,
 ) -> anyhow::Result<u8> {
-    let started = svc.run_plan(caller, spec).await?;
+    let started = match resume {
+        Some(id) => svc.resume_plan(caller, &id, spec.max_concurrent).await?,
+        None => svc.run_plan(caller, spec).await?,
+    };
     let signals = tokio::spawn(super::signals::cancel_on_signal(
         svc.clone(),
         started.id.clone(),

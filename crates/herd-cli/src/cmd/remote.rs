@@ -282,21 +282,36 @@ fn stdin_lines() -> mpsc::Receiver<String> {
 /// `herd run PLAN` through the daemon: the plan's text (relative paths resolve against this
 /// directory), its events as they happen, its view at the end.
 pub fn plan(d: Daemon, a: RunArgs) -> anyhow::Result<u8> {
-    let text = std::fs::read_to_string(&a.plan)
-        .with_context(|| format!("cannot read plan {}", a.plan.display()))
-        .map_err(|e| ApiError::invalid(format!("{e:#}")))?;
     let caller = super::caller(format!("the terminal of herd pid {}", std::process::id()))?;
-    let req = pb::OrchestrationPlan {
-        plan_text: text,
-        name: a.plan.display().to_string(),
-        max_concurrent: a.max_concurrent.unwrap_or(0),
-        into: a.into.clone().unwrap_or_default(),
-        caller: Some(context(&caller)?),
-        ..Default::default()
+    let ctx = context(&caller)?;
+    let start = match (&a.resume, &a.plan) {
+        (Some(id), _) => Start::Resume(pb::ResumeOrchestrationRequest {
+            orchestration_id: id.clone(),
+            max_concurrent: a.max_concurrent.unwrap_or(0),
+            caller: Some(ctx),
+        }),
+        (None, plan) => {
+            let plan = plan.clone().unwrap_or_default();
+            let text = std::fs::read_to_string(&plan)
+                .with_context(|| format!("cannot read plan {}", plan.display()))
+                .map_err(|e| ApiError::invalid(format!("{e:#}")))?;
+            Start::Create(pb::OrchestrationPlan {
+                plan_text: text,
+                name: plan.display().to_string(),
+                max_concurrent: a.max_concurrent.unwrap_or(0),
+                into: a.into.clone().unwrap_or_default(),
+                caller: Some(ctx),
+                ..Default::default()
+            })
+        }
     };
     let Daemon { rt, conn: mut d } = d;
     rt.block_on(async move {
-        let started = d.client.create_orchestration(req).await.map_err(api)?.into_inner();
+        let started = match start {
+            Start::Create(create) => d.client.create_orchestration(create).await,
+            Start::Resume(resume) => d.client.resume_orchestration(resume).await,
+        };
+        let started = started.map_err(api)?.into_inner();
         let id = started.orchestration_id;
         if a.detach {
             println!("{id}");
@@ -339,6 +354,12 @@ pub fn plan(d: Daemon, a: RunArgs) -> anyhow::Result<u8> {
         eprintln!("herd: plan {} {} ({})", plan.id, plan.status, crate::fmt::cost(Some(plan.cost_usd)));
         Ok(if plan.status == "completed" { crate::exit::COMPLETED } else { crate::exit::FAILED })
     })
+}
+
+/// A new plan, or an ended one taken up again.
+enum Start {
+    Create(pb::OrchestrationPlan),
+    Resume(pb::ResumeOrchestrationRequest),
 }
 
 /// One line for a person about a plan event (none for the plan's bookkeeping).

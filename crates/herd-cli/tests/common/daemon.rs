@@ -21,7 +21,10 @@ impl Daemon {
         all.extend_from_slice(args);
         let child = w.herd(&all).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
         let socket = w.state.join("herd.sock");
-        let up = wait_until(Duration::from_secs(20), || socket.exists());
+        // A connection, not the file: a dead daemon's socket file may still be there.
+        let up = wait_until(Duration::from_secs(20), || {
+            std::os::unix::net::UnixStream::connect(&socket).is_ok()
+        });
         let mut d = Self { child: Some(child), socket };
         if !up {
             let (code, err) = d.stop();

@@ -39,7 +39,7 @@ pub use views::{
 };
 pub use watch::Watch;
 
-pub use crate::plan::{PlanReport, PlanUpdate, StepOutcome};
+pub use crate::plan::{PlanReport, PlanUpdate, PriorStep, Resume, StepOutcome};
 pub use crate::{Progress, StopLevel};
 pub use herd_store::{AUDIT_RETENTION_DAYS, StoredEvent};
 

@@ -1,6 +1,7 @@
 //! Plans through the service: read and validate a plan (file or text, size-capped), resolve
 //! each step's request on the tasks' path, admit it, run it in the pool, report its end.
 
+use std::collections::HashMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -18,7 +19,8 @@ use super::jobs::Ended;
 use super::request::{Fallbacks, Project, resolve};
 use crate::TaskRequest;
 use crate::plan::{
-    DEFAULT_MAX_QUEUE, DEFAULT_SUMMARY_CAP, PlanOptions, PlanReport, PlanUpdate, plan_bound,
+    DEFAULT_MAX_QUEUE, DEFAULT_SUMMARY_CAP, PlanOptions, PlanReport, PlanUpdate, PriorStep, Resume,
+    plan_bound,
 };
 
 /// The largest plan file herd reads.
@@ -63,11 +65,91 @@ impl Service {
     /// Validate `spec` and start it: returns once it is admitted; its steps run in the pool.
     pub async fn run_plan(&self, caller: &Caller, spec: PlanSpec) -> Result<PlanStarted, ApiError> {
         crate::RunCaller::of(caller).check_depth()?;
-        let Loaded { plan, requests, source_file, per_parent } = self.load_plan(caller, &spec)?;
-        let bound = plan_bound(&plan, spec.max_concurrent, per_parent);
-        let max_queue = plan.limits.max_queue.map_or(DEFAULT_MAX_QUEUE, |q| q as usize);
-        self.pool.admit_plan(plan.steps.len(), bound, max_queue)?;
+        let loaded = self.load_plan(caller, &spec)?;
+        self.admit(&loaded, &spec)?;
         let id = format!("pln_{}", SubagentId::generate());
+        self.start_plan(loaded, spec, id, None).await
+    }
+
+    /// Run again the steps of plan `id` that had not completed when it ended (its herd died:
+    /// `interrupted`; or it failed or was cancelled), under the same id. Completed steps are not
+    /// run again; their results still feed their dependents. Each step works where it did.
+    pub async fn resume_plan(
+        &self,
+        caller: &Caller,
+        id: &str,
+        max_concurrent: Option<usize>,
+    ) -> Result<PlanStarted, ApiError> {
+        crate::RunCaller::of(caller).check_depth()?;
+        let (name, plan_id, text, done) = {
+            let store = self.engine.store();
+            let o = store
+                .orchestration(id.trim())?
+                .ok_or_else(|| ApiError::not_found(format!("no plan {id}")))?;
+            match o.status.as_str() {
+                "interrupted" | "failed" | "cancelled" => {}
+                "completed" => {
+                    return Err(ApiError::precondition(format!(
+                        "plan {} completed; nothing to resume",
+                        o.id
+                    )));
+                }
+                s => {
+                    return Err(ApiError::precondition(format!(
+                        "plan {} is {s}: a herd still runs it (resume a plan once it has ended)",
+                        o.id
+                    )));
+                }
+            }
+            let (plan_json, _) = store
+                .orchestration_plan(&o.id)?
+                .ok_or_else(|| ApiError::not_found(format!("no plan {id}")))?;
+            let steps = store.steps(&o.id)?;
+            let mut done = HashMap::new();
+            for s in steps.iter().filter(|s| s.status == "completed") {
+                let run = s.subagent_id.as_deref().and_then(|r| r.parse().ok());
+                let Some(row) = run.and_then(|r| store.get(&r).ok().flatten()) else { continue };
+                done.insert(
+                    s.step_key.clone(),
+                    PriorStep {
+                        subagent_id: row.id.clone(),
+                        result: row.result.unwrap_or_default(),
+                        cost_usd: row.cost_usd.unwrap_or(0.0),
+                        usage: row.usage,
+                        attempts: s.attempts,
+                    },
+                );
+            }
+            (o.name, o.id, resumable_text(&plan_json, &steps)?, done)
+        };
+        let spec = PlanSpec { source: PlanSource::Text { name, text }, max_concurrent, into: None };
+        let loaded = self.load_plan(caller, &spec)?;
+        self.admit(&loaded, &spec)?;
+        if !self.engine.store().reopen_orchestration(&plan_id, self.engine.owner())? {
+            return Err(ApiError::precondition(format!(
+                "plan {plan_id} was taken up by another herd meanwhile"
+            )));
+        }
+        self.start_plan(loaded, spec, plan_id, Some(Resume { done })).await
+    }
+
+    /// Refuse a plan that could never fit the pool.
+    fn admit(&self, loaded: &Loaded, spec: &PlanSpec) -> Result<(), ApiError> {
+        let plan = &loaded.plan;
+        let bound = plan_bound(plan, spec.max_concurrent, loaded.per_parent);
+        let max_queue = plan.limits.max_queue.map_or(DEFAULT_MAX_QUEUE, |q| q as usize);
+        self.pool.admit_plan(plan.steps.len(), bound, max_queue)
+    }
+
+    /// Run a loaded plan as `id` in the pool; returns once it is stored.
+    async fn start_plan(
+        &self,
+        loaded: Loaded,
+        spec: PlanSpec,
+        id: String,
+        resume: Option<Resume>,
+    ) -> Result<PlanStarted, ApiError> {
+        let Loaded { plan, requests, source_file, per_parent } = loaded;
         let (stored_tx, stored) = tokio::sync::oneshot::channel();
         let opts = PlanOptions {
             max_concurrent: spec.max_concurrent,
@@ -80,6 +162,7 @@ impl Service {
             pool_shared: self.shared,
             stored: Some(stored_tx),
             max_per_parent: per_parent,
+            resume,
         };
         let (tx, updates) = mpsc::unbounded_channel();
         let running = self.jobs.insert(&id);
@@ -275,4 +358,50 @@ fn step_spec(step: &Step, base_dir: &Path) -> TaskSpec {
         auto_approve: (f.auto_approve == Some(true)).then(Default::default),
         ..TaskSpec::default()
     }
+}
+
+/// A stored plan (the JSON of the validated plan) as plan text again: each step's fields as
+/// written in a plan file, its directory the one it worked in (absolute, as stored).
+fn resumable_text(plan_json: &str, steps: &[herd_store::StepRow]) -> Result<String, ApiError> {
+    use serde_json::{Map, Value};
+    let bad =
+        |why: &str| ApiError::internal(format!("the stored plan cannot be read again: {why}"));
+    let mut plan: Value = serde_json::from_str(plan_json).map_err(|e| bad(&e.to_string()))?;
+    let cwd: HashMap<&str, &str> = steps
+        .iter()
+        .filter_map(|s| Some((s.step_key.as_str(), s.working_directory.as_deref()?)))
+        .collect();
+    let without_nulls = |v: &Value| -> Map<String, Value> {
+        v.as_object()
+            .map(|o| {
+                o.iter()
+                    .filter(|(_, v)| !v.is_null())
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let mut out = without_nulls(&plan);
+    out.remove("steps");
+    if let Some(limits) = plan.get("limits") {
+        out.insert("limits".into(), Value::Object(without_nulls(limits)));
+    }
+    let Some(list) = plan.get_mut("steps").and_then(Value::as_array_mut) else {
+        return Err(bad("it has no steps"));
+    };
+    let mut written = Vec::with_capacity(list.len());
+    for s in list.iter() {
+        let id = s["id"].as_str().ok_or_else(|| bad("a step has no id"))?;
+        let mut step = without_nulls(&s["fields"]);
+        step.insert("id".into(), Value::from(id));
+        if s["depends_on"].as_array().is_some_and(|d| !d.is_empty()) {
+            step.insert("depends_on".into(), s["depends_on"].clone());
+        }
+        if let Some(dir) = cwd.get(id) {
+            step.insert("cwd".into(), Value::from(*dir));
+        }
+        written.push(Value::Object(step));
+    }
+    out.insert("steps".into(), Value::Array(written));
+    Ok(Value::Object(out).to_string())
 }

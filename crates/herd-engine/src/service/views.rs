@@ -221,7 +221,7 @@ impl PlanView {
     }
 
     pub fn is_terminal(&self) -> bool {
-        matches!(self.status.as_str(), "completed" | "failed" | "cancelled")
+        matches!(self.status.as_str(), "completed" | "failed" | "cancelled" | "interrupted")
     }
 }
 
