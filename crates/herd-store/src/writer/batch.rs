@@ -44,7 +44,9 @@ pub(super) fn run(
     let mut batch = Vec::with_capacity(64);
     while let Some(first) = rx.blocking_recv() {
         batch.push(first);
-        gather(&mut rx, &mut batch);
+        // Somebody follows events live: each is committed (and shown) as soon as it comes,
+        // not after the commit window.
+        gather(&mut rx, &mut batch, publisher.receiver_count() > 0);
         let stop = batch.iter().any(|c| matches!(c, Cmd::Stop));
         // Fast: the whole batch without savepoints (each costs a copy of every page it touches).
         // Only if a write fails is the batch rolled back and run again, each write alone.
@@ -75,10 +77,11 @@ pub(super) fn run(
 /// Take what is queued behind the first command (group commit). A batch somebody waits for
 /// gives the CPU away a few times first, so writers about to send (other runs) join this
 /// commit instead of paying for one of their own; with nothing else runnable a yield returns
-/// at once. A batch nobody waits for collects writes for up to [`WINDOW`].
-fn gather(rx: &mut mpsc::Receiver<Cmd>, batch: &mut Vec<Cmd>) {
+/// at once. A batch nobody waits for collects writes for up to [`WINDOW`] — unless events are
+/// `watched` live (a watcher waits for each of them).
+fn gather(rx: &mut mpsc::Receiver<Cmd>, batch: &mut Vec<Cmd>, watched: bool) {
     let deadline = Instant::now() + WINDOW;
-    let mut urgent = batch.iter().any(Cmd::urgent);
+    let mut urgent = watched || batch.iter().any(Cmd::urgent);
     let mut round = 0;
     loop {
         while batch.len() < MAX_BATCH {
