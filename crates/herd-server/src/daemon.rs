@@ -196,30 +196,25 @@ pub async fn serve(opts: ServeOptions) -> Result<(), DaemonError> {
         let _ = rx.wait_for(|s| *s).await;
     };
     let mut servers = tokio::task::JoinSet::new();
-    {
-        let svc = api::server(api.clone());
-        let incoming = UnixListenerStream::new(unix);
-        let done = stopped(stop_rx.clone());
-        servers.spawn(async move {
-            tonic::transport::Server::builder()
-                .serve_with_incoming_shutdown(svc, incoming, done)
-                .await
-                .map_err(|e| e.to_string())
-        });
+    // One server per listener, each stopping accepting when told.
+    macro_rules! serve {
+        ($svc:expr, $incoming:expr) => {{
+            let (svc, incoming, done) = ($svc, $incoming, stopped(stop_rx.clone()));
+            servers.spawn(async move {
+                tonic::transport::Server::builder()
+                    .serve_with_incoming_shutdown(svc, incoming, done)
+                    .await
+                    .map_err(|e| e.to_string())
+            });
+        }};
     }
+    serve!(api::server(api.clone()), UnixListenerStream::new(unix));
     if let Some((l, token)) = tcp {
         let svc = tonic::service::interceptor::InterceptedService::new(
             api::server(api.clone()),
             Bearer::new(token),
         );
-        let incoming = TcpListenerStream::new(l);
-        let done = stopped(stop_rx.clone());
-        servers.spawn(async move {
-            tonic::transport::Server::builder()
-                .serve_with_incoming_shutdown(svc, incoming, done)
-                .await
-                .map_err(|e| e.to_string())
-        });
+        serve!(svc, TcpListenerStream::new(l));
     }
     drop(api);
     let failed = tokio::select! {
