@@ -67,6 +67,8 @@ pub enum Command {
     /// Run the daemon in the foreground: runs outlive their clients; gRPC on .herd/herd.sock
     #[command(after_help = SERVE_HELP)]
     Serve(ServeArgs),
+    /// Open the web dashboard of the running `herd serve --web` (prints its URL with the token)
+    Web(WebArgs),
 }
 
 const SERVE_HELP: &str = "\
@@ -75,7 +77,10 @@ herd's SubagentService (proto/herd/v1/subagent.proto) on the Unix socket herd.so
 directory (mode 0600); with it running, herd task, run, ps, logs, approve and cancel go through
 it. --listen adds TCP, which needs a bearer token: HERD_TOKEN or --token-file, else (loopback
 only) one generated into herd.token (0600). SIGTERM or SIGINT: no new connections, every run
-stopped on the stop ladder, everything persisted, exit 0. Logs go to stderr and logs/daemon.log.";
+stopped on the stop ladder, everything persisted, exit 0. Logs go to stderr and logs/daemon.log.
+--web serves the dashboard (default 127.0.0.1:7400): its URL, printed once, carries a token the
+page trades for a cookie (herd web prints it again). A non-loopback address needs --web-token or
+HERD_WEB_TOKEN.";
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
@@ -92,6 +97,26 @@ pub struct ServeArgs {
     /// Tasks that may wait for a place [default: max_queue in the config, else 20]
     #[arg(long, value_parser = clap::value_parser!(u32).range(0..=10_000))]
     pub max_queue: Option<u32>,
+    /// Also serve the web dashboard at HOST:PORT
+    #[arg(long, value_name = "HOST:PORT", num_args = 0..=1,
+          default_missing_value = herd_server::web::DEFAULT_ADDR)]
+    pub web: Option<std::net::SocketAddr>,
+    /// The dashboard's token (at least 16 characters; needed for a non-loopback --web)
+    #[arg(
+        long,
+        env = "HERD_WEB_TOKEN",
+        hide_env_values = true,
+        value_name = "TOKEN",
+        requires = "web"
+    )]
+    pub web_token: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct WebArgs {
+    /// Only print the URL (without it, a browser opens it too when there is a display)
+    #[arg(long)]
+    pub print: bool,
 }
 
 #[derive(Debug, Subcommand)]

@@ -49,12 +49,17 @@ pub fn read(path: &Path) -> Result<String, TokenError> {
     checked(&path.display().to_string(), &text)
 }
 
-/// A new random token (32 bytes from the kernel, hex) written to `path` with mode 0600.
-pub fn generate(path: &Path) -> Result<String, TokenError> {
+/// A new random token: 32 bytes from the kernel, hex.
+pub fn random() -> Result<String, TokenError> {
     let mut bytes = [0u8; 32];
     let urandom = Path::new("/dev/urandom");
     std::fs::File::open(urandom).and_then(|mut f| f.read_exact(&mut bytes)).map_err(io(urandom))?;
-    let token: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// A new random token written to `path` with mode 0600.
+pub fn generate(path: &Path) -> Result<String, TokenError> {
+    let token = random()?;
     let _ = std::fs::remove_file(path);
     let mut f = std::fs::OpenOptions::new()
         .write(true)

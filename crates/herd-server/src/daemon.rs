@@ -31,6 +31,8 @@ pub struct ServeOptions {
     pub service: ServiceOptions,
     /// The guard program (`None`: this executable).
     pub guard: Option<GuardCommand>,
+    /// Also serve the web dashboard (`--web`).
+    pub web: Option<crate::web::WebOptions>,
 }
 
 /// Why the daemon could not start or stop cleanly.
@@ -52,6 +54,8 @@ pub enum DaemonError {
     Token(#[from] auth::TokenError),
     #[error(transparent)]
     Service(#[from] ApiError),
+    #[error(transparent)]
+    Web(#[from] crate::web::WebError),
     #[error("the gRPC server failed: {0}")]
     Transport(String),
 }
@@ -161,6 +165,11 @@ pub async fn serve(opts: ServeOptions) -> Result<(), DaemonError> {
         Some(addr) => Some(tcp_token(addr, opts.token, &state_dir, &mut log)?),
         None => None,
     };
+    // The dashboard's address and token too: a refused one stops the start here.
+    let web = match opts.web {
+        Some(w) => Some(crate::web::bind(w).await?),
+        None => None,
+    };
     let mut service_opts = opts.service;
     service_opts.surface = "daemon".into();
     service_opts.shared = true;
@@ -187,11 +196,25 @@ pub async fn serve(opts: ServeOptions) -> Result<(), DaemonError> {
         _ => None,
     };
     log.line(&format!("serving {} on {} (mode 0600)", state_dir.display(), socket.display()));
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let web = web.map(|bound| {
+        let url = bound.url();
+        // The URL with its token goes to stderr only (not the log file) and to a 0600 file.
+        eprintln!("herd serve: the web dashboard is on {url}");
+        match crate::web::write_url(&state_dir, &url) {
+            Ok(p) => log.line(&format!(
+                "web dashboard on http://{}/ (its URL with the token is in {})",
+                bound.addr(),
+                p.display()
+            )),
+            Err(e) => log.line(&format!("web dashboard on http://{}/ ({e})", bound.addr())),
+        }
+        bound.serve(svc.clone(), opts.project_root.clone(), stop_rx.clone())
+    });
     let api = Api::new(
         svc.clone(),
         Defaults { project_root: opts.project_root, who: "a client of herd serve".into() },
     );
-    let (stop_tx, stop_rx) = watch::channel(false);
     let stopped = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
     };
@@ -235,8 +258,14 @@ pub async fn serve(opts: ServeOptions) -> Result<(), DaemonError> {
     if tokio::time::timeout(Duration::from_secs(5), drain).await.is_err() {
         servers.shutdown().await;
     }
+    if let Some(mut w) = web
+        && tokio::time::timeout(Duration::from_secs(2), &mut w).await.is_err()
+    {
+        w.abort();
+    }
     let shut = svc.shutdown().await;
     let _ = std::fs::remove_file(&socket);
+    let _ = std::fs::remove_file(state_dir.join(crate::web::URL_FILE));
     log.line("stopped");
     drop(lock);
     stopped_jobs?;

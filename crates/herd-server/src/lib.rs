@@ -8,6 +8,7 @@ pub mod convert;
 pub mod daemon;
 pub mod request;
 mod streams;
+pub mod web;
 
 /// The messages and the client and server code generated from `proto/herd/v1/*.proto`.
 #[allow(clippy::all, clippy::pedantic, missing_debug_implementations)]

@@ -24,6 +24,26 @@ pub struct OrchestrationRow {
     pub completed_at: Option<i64>,
 }
 
+const SELECT_ORCH: &str = "SELECT id, name, strategy, status, total_steps, completed_steps,
+    failed_steps, cost_usd, input_tokens, output_tokens, created_at, completed_at FROM orchestrations";
+
+fn orchestration_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<OrchestrationRow> {
+    Ok(OrchestrationRow {
+        id: r.get(0)?,
+        name: r.get(1)?,
+        strategy: r.get(2)?,
+        status: r.get(3)?,
+        total_steps: r.get(4)?,
+        completed_steps: r.get(5)?,
+        failed_steps: r.get(6)?,
+        cost_usd: r.get(7)?,
+        input_tokens: r.get::<_, i64>(8)? as u64,
+        output_tokens: r.get::<_, i64>(9)? as u64,
+        created_at: r.get(10)?,
+        completed_at: r.get(11)?,
+    })
+}
+
 /// A step as stored.
 #[derive(Debug, Clone, Serialize)]
 pub struct StepRow {
@@ -287,28 +307,19 @@ impl Store {
     pub fn orchestration(&self, id: &str) -> Result<Option<OrchestrationRow>> {
         Ok(self
             .conn()
-            .one(
-                "SELECT id, name, strategy, status, total_steps, completed_steps, failed_steps, cost_usd,
-                    input_tokens, output_tokens, created_at, completed_at FROM orchestrations WHERE id = ?1",
-                [id],
-                |r| {
-                    Ok(OrchestrationRow {
-                        id: r.get(0)?,
-                        name: r.get(1)?,
-                        strategy: r.get(2)?,
-                        status: r.get(3)?,
-                        total_steps: r.get(4)?,
-                        completed_steps: r.get(5)?,
-                        failed_steps: r.get(6)?,
-                        cost_usd: r.get(7)?,
-                        input_tokens: r.get::<_, i64>(8)? as u64,
-                        output_tokens: r.get::<_, i64>(9)? as u64,
-                        created_at: r.get(10)?,
-                        completed_at: r.get(11)?,
-                    })
-                },
-            )
+            .one(&format!("{SELECT_ORCH} WHERE id = ?1"), [id], orchestration_row)
             .optional()?)
+    }
+
+    /// Plan runs, newest first, at most `limit`.
+    pub fn orchestrations(&self, limit: usize) -> Result<Vec<OrchestrationRow>> {
+        let mut stmt = self
+            .conn()
+            .prepare(&format!("{SELECT_ORCH} ORDER BY created_at DESC, id DESC LIMIT ?1"))?;
+        let rows = stmt
+            .query_map([limit.min(i64::MAX as usize) as i64], orchestration_row)?
+            .collect::<rusqlite::Result<_>>()?;
+        Ok(rows)
     }
 
     pub fn steps(&self, orch: &str) -> Result<Vec<StepRow>> {

@@ -42,6 +42,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Mcp(args) => mcp::run(&state_dir, args),
         Command::Worktrees(cmd) => worktrees::run(&state_dir, cmd),
         Command::Serve(args) => serve::run(&state_dir, args),
+        Command::Web(args) => serve::web(&state_dir, args),
         Command::Attach(args) => remote::attach(&state_dir, args),
     }
 }

@@ -8,6 +8,7 @@
 //! codes.
 
 mod api;
+mod board;
 mod error;
 mod jobs;
 mod plans;
@@ -28,6 +29,7 @@ pub use api::{
     Answer, Caller, CancelLevel, DEPTH_VAR, MAX_DEPTH_VAR, PlanSource, PlanSpec, TaskSpec,
     WaitMode, WorkspaceSpec,
 };
+pub use board::{GraphNode, PlanGraph};
 pub use error::{ApiError, Code};
 pub use jobs::{JobState, Waited};
 pub use plans::{PlanOutline, PlanStarted};

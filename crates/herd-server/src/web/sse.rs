@@ -1,0 +1,219 @@
+//! The dashboard's live feeds as server-sent events: a run's events (its watch: stored, then
+//! live, each with its sequence as the event id, so a reconnect resumes after the last one), a
+//! plan's events with a fresh snapshot after each batch, and a tick after store commits.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use herd_engine::service::{Service, Watch};
+use http_body_util::{BodyExt, StreamBody};
+use hyper::Response;
+use hyper::body::{Bytes, Frame};
+use hyper::header::{self, HeaderValue};
+use tokio::sync::{mpsc, watch};
+use tokio_stream::StreamExt;
+use tokio_stream::wrappers::ReceiverStream;
+
+use super::http::{self, Resp};
+
+/// Frames a client may have in flight before its feed waits (never the agent: the watch reads
+/// the store once it falls behind).
+const BUFFER: usize = 256;
+/// A comment this often tells a dead connection from a quiet one.
+const KEEPALIVE: Duration = Duration::from_secs(15);
+/// Plan events read at once.
+const BATCH: usize = 500;
+/// How long a plan feed waits for a commit before reading anyway (another process may run it).
+const REREAD: Duration = Duration::from_millis(250);
+/// The least time between two ticks of the general feed (pages re-read lists on a tick).
+const TICK: Duration = Duration::from_millis(400);
+
+/// One event of the stream: `event`, optional `id`, one line of data (JSON has no raw newline).
+pub fn frame(event: &str, id: Option<i64>, data: &str) -> Bytes {
+    let mut s = String::with_capacity(data.len() + 32);
+    if let Some(id) = id {
+        s.push_str(&format!("id: {id}\n"));
+    }
+    s.push_str(&format!("event: {event}\ndata: {data}\n\n"));
+    Bytes::from(s)
+}
+
+fn response(rx: mpsc::Receiver<Bytes>) -> Resp {
+    let stream = ReceiverStream::new(rx).map(|b| Ok::<_, Infallible>(Frame::data(b)));
+    let mut r = Response::new(StreamBody::new(stream).boxed());
+    let h = r.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    http::secure(r)
+}
+
+/// Where a feed resumes: after the browser's `Last-Event-ID` (a reconnect), else at `from`.
+pub fn resume_from<B>(req: &hyper::Request<B>, from: Option<i64>) -> i64 {
+    let last = req
+        .headers()
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<i64>().ok());
+    match last {
+        Some(l) => l + 1,
+        None => from.unwrap_or(1).max(1),
+    }
+}
+
+/// A run's events from the watch's start on; `end` after its closing event.
+pub fn run(mut w: Watch, mut stop: watch::Receiver<bool>) -> Resp {
+    let (tx, rx) = mpsc::channel(BUFFER);
+    tokio::spawn(async move {
+        let mut keepalive = tokio::time::interval(KEEPALIVE);
+        keepalive.tick().await;
+        loop {
+            let out = tokio::select! {
+                next = w.next() => match next {
+                    Some(Ok(e)) => match serde_json::to_string(&e) {
+                        Ok(j) => frame("ev", Some(e.seq), &j),
+                        Err(e) => err_frame(&e.to_string()),
+                    },
+                    Some(Err(e)) => {
+                        let _ = tx.send(err_frame(&e.message)).await;
+                        return;
+                    }
+                    None => {
+                        let _ = tx.send(frame("end", None, "{}")).await;
+                        return;
+                    }
+                },
+                _ = keepalive.tick() => Bytes::from_static(b": keepalive\n\n"),
+                _ = stopped(&mut stop) => return,
+            };
+            if tx.send(out).await.is_err() {
+                return;
+            }
+        }
+    });
+    response(rx)
+}
+
+/// Until the daemon stops (the guard the wait returns is not held across an await).
+pub async fn stopped(stop: &mut watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
+}
+
+fn err_frame(message: &str) -> Bytes {
+    frame("failure", None, &serde_json::json!({ "message": message }).to_string())
+}
+
+/// A plan's events after `from - 1`, and after each batch a snapshot (`snapshot()`); `end` once
+/// the plan has ended and everything was sent.
+pub fn plan<F>(
+    svc: Service,
+    id: String,
+    from: i64,
+    snapshot: F,
+    mut stop: watch::Receiver<bool>,
+) -> Resp
+where
+    F: Fn(&Service, &str) -> Option<String> + Send + 'static,
+{
+    let (tx, rx) = mpsc::channel(BUFFER);
+    tokio::spawn(async move {
+        let mut commits = svc.commits();
+        let mut last = from - 1;
+        let mut first = true;
+        let mut idle = std::time::Instant::now();
+        loop {
+            commits.borrow_and_update();
+            let batch = match svc.plan_events(&id, last, BATCH) {
+                Ok(b) => b,
+                Err(e) => {
+                    let _ = tx.send(err_frame(&e.message)).await;
+                    return;
+                }
+            };
+            for e in &batch {
+                last = e.seq;
+                let payload: serde_json::Value =
+                    serde_json::from_str(&e.payload).unwrap_or(serde_json::Value::Null);
+                let j = serde_json::json!({
+                    "seq": e.seq, "ts": e.ts, "kind": e.kind, "step": e.step, "payload": payload,
+                });
+                if tx.send(frame("plan", Some(e.seq), &j.to_string())).await.is_err() {
+                    return;
+                }
+            }
+            if first || !batch.is_empty() {
+                first = false;
+                idle = std::time::Instant::now();
+                if let Some(s) = snapshot(&svc, &id)
+                    && tx.send(frame("snapshot", None, &s)).await.is_err()
+                {
+                    return;
+                }
+            }
+            let ended = batch.len() < BATCH && svc.plan(&id).is_ok_and(|p| p.is_terminal());
+            if ended {
+                let _ = tx.send(frame("end", None, "{}")).await;
+                return;
+            }
+            if batch.len() == BATCH {
+                continue;
+            }
+            if idle.elapsed() > KEEPALIVE {
+                idle = std::time::Instant::now();
+                if tx.send(Bytes::from_static(b": keepalive\n\n")).await.is_err() {
+                    return;
+                }
+            }
+            tokio::select! {
+                _ = tokio::time::timeout(REREAD, commits.changed()) => {}
+                _ = stopped(&mut stop) => return,
+            }
+        }
+    });
+    response(rx)
+}
+
+/// A tick after store commits (at most one per [`TICK`]): pages re-read their lists.
+pub fn ticks(svc: &Service, mut stop: watch::Receiver<bool>) -> Resp {
+    let (tx, rx) = mpsc::channel(8);
+    let mut commits = svc.commits();
+    tokio::spawn(async move {
+        let mut n = 0u64;
+        loop {
+            let out = tokio::select! {
+                r = commits.changed() => {
+                    if r.is_err() {
+                        return;
+                    }
+                    n += 1;
+                    frame("tick", None, &n.to_string())
+                }
+                _ = tokio::time::sleep(KEEPALIVE) => Bytes::from_static(b": keepalive\n\n"),
+                _ = stopped(&mut stop) => return,
+            };
+            if tx.send(out).await.is_err() {
+                return;
+            }
+            tokio::time::sleep(TICK).await;
+        }
+    });
+    response(rx)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_carry_the_sequence_as_their_id() {
+        assert_eq!(
+            &frame("ev", Some(7), "{\"a\":1}")[..],
+            b"id: 7\nevent: ev\ndata: {\"a\":1}\n\n"
+        );
+        assert_eq!(&frame("end", None, "{}")[..], b"event: end\ndata: {}\n\n");
+        let r = hyper::Request::builder().header("last-event-id", "41").body(()).unwrap();
+        assert_eq!(resume_from(&r, Some(3)), 42);
+        let r = hyper::Request::builder().body(()).unwrap();
+        assert_eq!(resume_from(&r, Some(3)), 3);
+        assert_eq!(resume_from(&r, None), 1);
+    }
+}
