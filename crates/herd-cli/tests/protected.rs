@@ -24,12 +24,6 @@ fn world() -> Option<World> {
     Some(w)
 }
 
-fn audit(w: &World, id: &str) -> Vec<Value> {
-    let out = w.run(&["audit", "--subagent", id, "--json"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect()
-}
-
 fn bash(cmd: &str) -> Value {
     json!({"command": cmd, "description": "attack"})
 }
@@ -82,7 +76,7 @@ fn assert_nothing_written(w: &World) {
 
 /// Each protected write was asked about (nobody answered) and denied; the harmless one ran.
 fn assert_asked_and_denied(w: &World, v: &Value) {
-    let rows = audit(w, v["id"].as_str().unwrap());
+    let rows = w.audit(v["id"].as_str().unwrap());
     let asked: Vec<&Value> =
         rows.iter().filter(|r| r["event_type"] == "permission_request").collect();
     assert_eq!(asked.len(), 9, "{rows:#?}");

@@ -21,12 +21,6 @@ macro_rules! world_or_skip {
     }};
 }
 
-fn audit(w: &World, id: &str) -> Vec<Value> {
-    let out = w.run(&["audit", "--subagent", id, "--json"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect()
-}
-
 /// A run of `commands` as Bash calls, one after another.
 fn script(scenario: &str, commands: &[&str]) {
     let mut s = Script::new();
@@ -38,7 +32,7 @@ fn script(scenario: &str, commands: &[&str]) {
 
 /// The decisions of a run's Bash calls, in order, and how many were asked about.
 fn decisions(w: &World, v: &Value) -> (Vec<String>, usize) {
-    let rows = audit(w, v["id"].as_str().unwrap());
+    let rows = w.audit(v["id"].as_str().unwrap());
     let decided = rows
         .iter()
         .filter(|r| {
@@ -186,7 +180,7 @@ fn path_rules_follow_symlinks_and_bind_the_whole_editing_family() {
             ["task", prompt.as_str(), "--json"].into_iter().chain(rules.iter().copied()).collect();
         let (code, v) = w.json(&args);
         assert_eq!(code, 0, "{v}");
-        audit(&w, v["id"].as_str().unwrap())
+        w.audit(v["id"].as_str().unwrap())
             .into_iter()
             .filter(|r| r["event_type"] == "permission_decision")
             .map(|r| format!("{} {}", r["decision"].as_str().unwrap(), r["tool"].as_str().unwrap()))

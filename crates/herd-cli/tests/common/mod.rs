@@ -96,6 +96,16 @@ impl World {
             .collect()
     }
 
+    /// `herd audit --subagent ID --json` rows.
+    pub fn audit(&self, id: &str) -> Vec<Value> {
+        let out = self.run(&["audit", "--subagent", id, "--json"]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
     pub fn kinds(&self, id: &str) -> Vec<String> {
         self.events(id).iter().map(|e| e["kind"].as_str().unwrap().to_owned()).collect()
     }
