@@ -29,6 +29,9 @@ pub struct ProjectConfig {
     pub max_per_parent: Option<u32>,
     /// How long a tool call waits for a person before it is denied, e.g. `2m` [default: 2m].
     pub permission_timeout: Option<String>,
+    /// How long an ACP agent may take to answer `initialize` and open its session before the
+    /// run fails `protocol_error`, e.g. `45s` (1s-10m) [default: 30s].
+    pub handshake_timeout: Option<String>,
     #[serde(default)]
     pub permissions: PermissionsConfig,
     /// Hooks by event: `PreToolUse`, `PostToolUse`, `SubagentStart`, `SubagentStop`.
@@ -137,6 +140,7 @@ impl ProjectConfig {
         }
         self.timeout()?;
         self.permission_timeout()?;
+        self.handshake_timeout()?;
         if self.permission_timeout.is_some() && self.permissions.ask_timeout.is_some() {
             return Err("permission_timeout and permissions.ask_timeout say the same thing: \
                         keep permission_timeout"
@@ -151,6 +155,16 @@ impl ProjectConfig {
         let d = parse_duration(t).map_err(|e| format!("timeout: {e}"))?;
         if d < std::time::Duration::from_secs(1) || d > std::time::Duration::from_secs(120 * 60) {
             return Err(format!("timeout: {t} is out of range (1s to 120m)"));
+        }
+        Ok(Some(d))
+    }
+
+    /// `handshake_timeout`, parsed and checked (1s to 10m).
+    pub fn handshake_timeout(&self) -> Result<Option<std::time::Duration>, String> {
+        let Some(t) = &self.handshake_timeout else { return Ok(None) };
+        let d = parse_duration(t).map_err(|e| format!("handshake_timeout: {e}"))?;
+        if d < std::time::Duration::from_secs(1) || d > std::time::Duration::from_secs(600) {
+            return Err(format!("handshake_timeout: {t} is out of range (1s to 10m)"));
         }
         Ok(Some(d))
     }

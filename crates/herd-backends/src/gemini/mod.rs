@@ -1,14 +1,138 @@
-//! The Gemini backend: `gemini -p … -o stream-json` (protocols.md §3): argv, the settings a run
-//! needs (turn limit), the verdict; decoding is in `decode`. Not yet a `BackendKind`.
+//! The Gemini backend. herd runs `gemini --acp` (protocols.md §3.3), whose permission requests
+//! reach herd's gate; `-p … -o stream-json` (argv, settings, verdict, decoder here) asks nothing.
 
 mod decode;
 
 pub use decode::GeminiDecoder;
 
-use herd_core::{FailureReason, ResultInfo, ResultKind};
+use std::path::{Path, PathBuf};
+
+use herd_core::{AgentEvent, BackendKind, FailureReason, ResultInfo, ResultKind};
 use serde_json::{Value, json};
 
-use crate::{Exit, RunSpec, Verdict};
+use crate::acp::AcpAgent;
+use crate::{
+    Backend, BackendError, Decoder, Exit, Invocation, Launch, PermissionAnswer, PermissionRequest,
+    PermissionRoute, RunSpec, Verdict,
+};
+
+/// What in `~/.gemini` configures gemini (settings with hooks, MCP servers and tool policy,
+/// global instructions, commands, extensions, policies, agents, skills, the `.env` it loads).
+/// None gets a placeholder: gemini reads a directory there as a broken settings file.
+pub const PROTECTED_STATE: &[(&str, bool)] = &[
+    ("settings.json", false),
+    ("GEMINI.md", false),
+    (".env", false),
+    ("commands", false),
+    ("extensions", false),
+    ("policies", false),
+    ("agents", false),
+    ("skills", false),
+];
+
+/// Gemini CLI (`@google/gemini-cli`), through `gemini --acp`: the route that carries permission
+/// requests (`-p` removes the tools that would ask). The turn limit is herd's (gemini takes
+/// `model.maxSessionTurns` only from a settings file, and the system settings file it reads
+/// only when the file and every directory above it belong to root: measured in 0.61.0).
+#[derive(Debug, Clone, Copy)]
+pub struct Gemini;
+
+impl Backend for Gemini {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Gemini
+    }
+
+    fn program_override_var(&self, _spec: &RunSpec) -> Option<&'static str> {
+        Some(PROGRAM_OVERRIDE_VAR)
+    }
+
+    fn install_command(&self, _spec: &RunSpec) -> Option<String> {
+        crate::pins::install_command("gemini")
+    }
+
+    fn program(
+        &self,
+        _spec: &RunSpec,
+        path_var: Option<&str>,
+        override_bin: Option<&str>,
+    ) -> Result<PathBuf, BackendError> {
+        crate::find_fixed("gemini", PROGRAM_OVERRIDE_VAR, path_var, override_bin)
+    }
+
+    fn invocation(&self, spec: &RunSpec, launch: &Launch<'_>) -> Result<Invocation, BackendError> {
+        let program = self.program(spec, launch.var("PATH"), launch.override_bin)?;
+        Ok(Invocation { program, args: acp_args(spec) })
+    }
+
+    fn env_prefixes(&self, _spec: &RunSpec) -> &'static [&'static str] {
+        ENV_PREFIXES
+    }
+
+    fn fixed_env(&self, _spec: &RunSpec) -> &'static [(&'static str, &'static str)] {
+        REQUIRED_ENV
+    }
+
+    fn home_state(&self, _spec: &RunSpec) -> &'static [&'static str] {
+        AcpAgent::Gemini.home_state()
+    }
+
+    fn protected_state(&self, _spec: &RunSpec) -> &'static [(&'static str, bool)] {
+        PROTECTED_STATE
+    }
+
+    fn takes_system_prompt(&self, _spec: &RunSpec) -> bool {
+        false
+    }
+
+    fn resumes_natively(&self, _spec: &RunSpec) -> bool {
+        true
+    }
+
+    fn permission_route(&self, _spec: &RunSpec, _confined: bool) -> PermissionRoute {
+        PermissionRoute::Asks("gemini --acp: ACP session/request_permission")
+    }
+
+    fn initial_stdin(&self, _spec: &RunSpec) -> Vec<u8> {
+        Vec::new()
+    }
+
+    fn holds_stdin(&self) -> bool {
+        true
+    }
+
+    fn interrupt_message(&self) -> Option<Vec<u8>> {
+        None
+    }
+
+    fn permission_request(&self, ev: &AgentEvent) -> Option<PermissionRequest> {
+        crate::acp::permission_request(ev)
+    }
+
+    fn answer_permission(
+        &self,
+        req: &PermissionRequest,
+        answer: &PermissionAnswer,
+    ) -> Option<Vec<u8>> {
+        Some(crate::acp::answer_permission(req, answer))
+    }
+
+    fn decoder(&self, spec: &RunSpec, cwd: &Path) -> Box<dyn Decoder> {
+        crate::acp::run_decoder(Some(AcpAgent::Gemini), spec, cwd)
+    }
+
+    fn verdict(&self, result: Option<&ResultInfo>, exit: Exit) -> Verdict {
+        crate::acp::verdict(result, exit)
+    }
+}
+
+/// The argv of `gemini --acp` (after the program name): `--acp [-m MODEL]`.
+pub fn acp_args(spec: &RunSpec) -> Vec<String> {
+    let mut a = AcpAgent::Gemini.args();
+    if let Some(m) = &spec.model {
+        a.extend(AcpAgent::Gemini.model_args(m).unwrap_or_default());
+    }
+    a
+}
 
 /// The gemini-cli version herd was tested with.
 pub const TESTED_VERSION: &str = "0.61.0";

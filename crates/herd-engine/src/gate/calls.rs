@@ -4,7 +4,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use herd_backends::PermissionAnswer;
+use herd_backends::{Backend, PermissionAnswer};
 use herd_core::{AgentEvent, Decoded};
 use serde_json::{Value, json};
 use tokio::task::JoinSet;
@@ -15,8 +15,9 @@ use super::{Gate, HookEvent, ToolRequest};
 #[derive(Debug)]
 pub(crate) struct Calls {
     pub gate: Arc<Gate>,
-    /// Answers being decided, keyed by nothing: each yields its CLI request id.
-    pub decisions: JoinSet<(String, PermissionAnswer)>,
+    /// Answers being decided, keyed by nothing: each yields its request (the backend encodes
+    /// the answer from it).
+    pub decisions: JoinSet<(ToolRequest, PermissionAnswer)>,
     side: JoinSet<()>,
     /// Tool calls seen, by tool_use id, until their result.
     open: HashMap<String, (String, Value)>,
@@ -35,18 +36,18 @@ impl Calls {
         }
     }
 
-    /// Look at a batch of decoded events before they are stored.
-    pub fn observe(&mut self, evs: &[Decoded]) {
+    /// Look at a batch of decoded events before they are stored; `backend` says which of them
+    /// are permission requests (the gate never reads a CLI's own JSON).
+    pub fn observe(&mut self, evs: &[Decoded], backend: &dyn Backend) {
         for d in evs {
-            match &d.event {
-                AgentEvent::ControlRequest { request_id, subtype, request } => {
-                    if let Some(req) = ToolRequest::parse(request_id, subtype, request) {
-                        if let Some(t) = &req.tool_use_id {
-                            self.asked.insert(t.clone());
-                        }
-                        self.decisions.spawn(self.gate.clone().decide(req));
-                    }
+            if let Some(req) = backend.permission_request(&d.event) {
+                if let Some(t) = &req.tool_use_id {
+                    self.asked.insert(t.clone());
                 }
+                self.decisions.spawn(self.gate.clone().decide(req));
+                continue;
+            }
+            match &d.event {
                 AgentEvent::ToolCall { id, name, input } => {
                     self.open.insert(id.clone(), (name.clone(), input.clone()));
                 }

@@ -59,14 +59,20 @@ fn gate(f: &Fixture, perms: Permissions, inherited: &[Policy], spec: &RunSpec) -
     ))
 }
 
-fn bash(cmd: &str) -> ToolRequest {
+fn request(id: String, tool: &str, input: serde_json::Value) -> ToolRequest {
     ToolRequest {
-        request_id: format!("req-{cmd}"),
-        tool: "Bash".into(),
-        input: json!({"command": cmd}),
+        request_id: id,
+        tool: herd_backends::ToolName::new(None, tool),
+        input,
         tool_use_id: None,
         agent_id: None,
+        title: None,
+        options: Vec::new(),
     }
+}
+
+fn bash(cmd: &str) -> ToolRequest {
+    request(format!("req-{cmd}"), "Bash", json!({"command": cmd}))
 }
 
 async fn decide(g: &Arc<Gate>, req: ToolRequest) -> bool {
@@ -175,13 +181,7 @@ async fn grants_expire_with_the_clock_and_secrets_are_never_summarised() {
         ..RunSpec::default()
     };
     let g = gate(&f, perms.clone(), &[], &spec);
-    let write = ToolRequest {
-        request_id: "w".into(),
-        tool: "Write".into(),
-        input: json!({"file_path": "/tmp/x", "content": ""}),
-        tool_use_id: None,
-        agent_id: None,
-    };
+    let write = request("w".into(), "Write", json!({"file_path": "/tmp/x", "content": ""}));
     assert!(decide(&g, write.clone()).await, "granted tool");
 
     tokio::time::advance(Duration::from_secs(11)).await;

@@ -271,10 +271,7 @@ impl Engine {
         ahead: Option<Ahead<'_>>,
     ) -> Result<(TaskReport, Ended), EngineError> {
         let session = self.session_of(&req.caller)?;
-        let backend = match herd_backends::backend(req.backend) {
-            Ok(b) => b,
-            Err(e) => return Err(EngineError::InvalidPermissionConfig(e.to_string())),
-        };
+        let backend = herd_backends::backend(req.backend);
         // Children carry their depth, so a herd they start knows where it stands.
         let gate = Arc::new(Gate::new(
             req.permissions.clone(),
@@ -296,12 +293,16 @@ impl Engine {
             (crate::service::DEPTH_VAR.to_owned(), (req.caller.depth + 1).to_string()),
             (POLICY_LAYERS_VAR.to_owned(), gate.layers_json()),
         ];
+        // What the CLI needs set (gemini: a trusted workspace, no self re-spawn), under `--env`.
+        explicit
+            .extend(backend.fixed_env(&req.spec).iter().map(|(k, v)| ((*k).into(), (*v).into())));
         explicit.extend(req.env.iter().cloned());
         // Granted secrets reach the child only at spawn and only while their grant is valid.
         explicit.extend(granted_env(&req.permissions));
         // Values may be secrets (grants, --env): both copies are wiped when dropped, on every path.
         let explicit = Wiped(explicit);
-        let env = Wiped(child_env(std::env::vars(), backend.env_prefixes(), &explicit.0));
+        let prefixes = backend.env_prefixes(&req.spec);
+        let env = Wiped(child_env(std::env::vars(), prefixes, &explicit.0));
         drop(explicit);
         // Auto-approve's time box bounds the whole run.
         let timeout = match &req.permissions.auto_approve {
@@ -334,8 +335,8 @@ impl Engine {
             }
         }
 
-        let path_var = env.0.iter().find(|(k, _)| k == "PATH").map(|(_, v)| v.as_str());
-        let override_bin = backend.program_override_var().and_then(|v| std::env::var(v).ok());
+        let override_bin =
+            backend.program_override_var(&req.spec).and_then(|v| std::env::var(v).ok());
         // Tools granted for now are offered beside the run's own (the gate checks the grant at
         // each call); then what the CLI must always ask about, of the tools the run has.
         let mut spec = req.spec.clone();
@@ -371,7 +372,12 @@ impl Engine {
             let ev = AgentEvent::Unconfined { reason: reason.clone() };
             self.writer().append(&id, vec![herd_core::Decoded::top(ev)]).await?;
         }
-        let spawned = match backend.invocation(&spec, path_var, override_bin.as_deref()) {
+        let launch = herd_backends::Launch {
+            env: &env.0,
+            override_bin: override_bin.as_deref(),
+            confined: matches!(decision, Decision::Confine(_)),
+        };
+        let spawned = match backend.invocation(&spec, &launch) {
             Ok(inv) => match self.confined(&decision, inv.clone(), &req, backend, &env.0, layout) {
                 Ok((run_inv, holders)) => {
                     let sandboxed = holders.is_some();
@@ -433,7 +439,7 @@ impl Engine {
             HookEvent::SubagentStart,
             json!({"hook_event_name": "SubagentStart", "subagent_id": id.as_str(), "argv": argv}),
         );
-        child.write_stdin(&backend.initial_stdin(&req.spec));
+        run.start_stdin(&mut child, &req.spec);
         if !backend.holds_stdin() {
             child.close_stdin();
         }

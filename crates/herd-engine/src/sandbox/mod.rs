@@ -156,6 +156,7 @@ struct RunSetup<'a> {
     /// The herd binary (the sandbox's init).
     pub herd: &'a Path,
     pub backend: &'static dyn Backend,
+    pub spec: &'a herd_backends::RunSpec,
     pub cwd: &'a Path,
     pub worktree: Option<&'a Path>,
     pub git: Option<&'a Layout>,
@@ -169,6 +170,14 @@ struct RunSetup<'a> {
 fn wrap(inv: Invocation, s: &RunSetup<'_>) -> Result<(Invocation, Placeholders), String> {
     let var = |k: &str| s.env.iter().find(|(ek, _)| ek == k).map(|(_, v)| v.as_str());
     let home = var("HOME").map(PathBuf::from);
+    // The CLI's state: the directory its variable names (codex `CODEX_HOME`), else its
+    // directories under HOME.
+    let named = s.backend.state_dir_var(s.spec).and_then(var).filter(|v| !v.is_empty());
+    let cli_state: Vec<PathBuf> = match (named, home.as_ref().filter(|h| h.is_dir())) {
+        (Some(dir), _) => vec![PathBuf::from(dir)],
+        (None, Some(h)) => s.backend.home_state(s.spec).iter().map(|d| h.join(d)).collect(),
+        (None, None) => Vec::new(),
+    };
     let user_config =
         crate::agents::user_agents_dir().and_then(|d| d.parent().map(Path::to_path_buf));
     let inputs = plan::Inputs {
@@ -179,7 +188,9 @@ fn wrap(inv: Invocation, s: &RunSetup<'_>) -> Result<(Invocation, Placeholders),
         worktree: s.worktree,
         git: s.git,
         home: home.as_deref(),
-        cli_state: s.backend.home_state(),
+        cli_state: &cli_state,
+        cli_protected: s.backend.protected_state(s.spec),
+        workspace_writable: s.backend.workspace_writable(s.spec),
         state_dir: s.state_dir,
         protect: &s.confine.protect,
         user_config,
@@ -215,6 +226,7 @@ impl Engine {
             bwrap,
             herd: &self.guard.program,
             backend,
+            spec: &req.spec,
             cwd: &req.cwd,
             worktree,
             git: layout.as_ref(),

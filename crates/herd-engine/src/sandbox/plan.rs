@@ -114,8 +114,14 @@ pub struct Inputs<'a> {
     pub git: Option<&'a Layout>,
     /// HOME as the agent gets it.
     pub home: Option<&'a Path>,
-    /// The CLI's own state directories under HOME (claude: `.claude`), writable.
-    pub cli_state: &'a [&'a str],
+    /// The CLI's own state directories (claude `~/.claude`, codex `$CODEX_HOME`), writable.
+    pub cli_state: &'a [PathBuf],
+    /// What configures the CLI in those directories (read-only), each with whether it gets a
+    /// placeholder while missing.
+    pub cli_protected: &'a [(&'a str, bool)],
+    /// Whether the agent may write its working directory (and, for a worktree, the repository's
+    /// git objects and refs); else it only reads them.
+    pub workspace_writable: bool,
     /// herd's state directory.
     pub state_dir: &'a Path,
     /// More paths never to make writable (the project's `.herd/`).
@@ -129,20 +135,6 @@ pub struct Inputs<'a> {
 
 /// Project-level files where an agent CLI looks for settings, hooks and MCP servers.
 const PROJECT_NAMES: &[&str] = &[".herd", ".claude", ".gemini", ".codex", ".mcp.json"];
-
-/// Files under claude's state directory that configure it (hooks, permissions, MCP servers) or
-/// hold code or instructions it runs; the first two get a placeholder when missing.
-const CLAUDE_PROTECTED: &[&str] = &[
-    "settings.json",
-    "settings.local.json",
-    "CLAUDE.md",
-    "agents",
-    "commands",
-    "skills",
-    "plugins",
-    "hooks",
-];
-const CLAUDE_PLACEHOLDERS: usize = 2;
 
 /// Build the plan for one run: creates the CLI state directories the agent must be able to
 /// write (as the CLI itself would) and placeholder directories for protected paths that do not
@@ -166,22 +158,23 @@ pub fn build(i: &Inputs<'_>) -> Result<(SandboxPlan, Placeholders), String> {
     }
 
     // Writable: the run's directory (an isolated run: its whole worktree), the repository's git
-    // dir (objects and refs, to commit), the CLI's state.
-    let mut writable = vec![i.worktree.map_or_else(|| cwd.clone(), canon)];
-    if let Some(g) = i.git {
-        writable.push(g.common.clone());
-        if !g.git_dir.starts_with(&g.common) {
-            writable.push(g.git_dir.clone());
+    // dir (objects and refs, to commit), the CLI's state. A run whose CLI may only read its
+    // workspace (codex mapped to read-only) gets the CLI's state alone.
+    let mut writable = Vec::new();
+    if i.workspace_writable {
+        writable.push(i.worktree.map_or_else(|| cwd.clone(), canon));
+        if let Some(g) = i.git {
+            writable.push(g.common.clone());
+            if !g.git_dir.starts_with(&g.common) {
+                writable.push(g.git_dir.clone());
+            }
         }
     }
     let mut cli_dirs = Vec::new();
-    if let Some(h) = &home {
-        for s in i.cli_state {
-            let dir = h.join(s);
-            std::fs::create_dir_all(&dir)
-                .map_err(|e| format!("cannot create {} for the agent: {e}", dir.display()))?;
-            cli_dirs.push(canon(&dir));
-        }
+    for dir in i.cli_state {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| format!("cannot create {} for the agent: {e}", dir.display()))?;
+        cli_dirs.push(canon(dir));
     }
     writable.extend(cli_dirs.iter().cloned());
     writable.sort();
@@ -210,11 +203,10 @@ pub fn build(i: &Inputs<'_>) -> Result<(SandboxPlan, Placeholders), String> {
         // ~/.ssh, ~/.gitconfig, ~/.claude.json stay as they are (the CLI state below is bound
         // writable again, deeper).
         protected.push((h.clone(), false));
-        if i.cli_state.contains(&".claude") {
-            let c = canon(&h.join(".claude"));
-            for (n, name) in CLAUDE_PROTECTED.iter().enumerate() {
-                protected.push((c.join(name), n < CLAUDE_PLACEHOLDERS));
-            }
+    }
+    for c in &cli_dirs {
+        for (name, placeholder) in i.cli_protected {
+            protected.push((c.join(name), *placeholder));
         }
     }
 
@@ -507,7 +499,9 @@ mod tests {
             worktree: Some(&wt),
             git: Some(&layout),
             home: Some(&home),
-            cli_state: &[".claude"],
+            cli_state: &[home.join(".claude")],
+            cli_protected: herd_backends::claude::PROTECTED_STATE,
+            workspace_writable: true,
             state_dir: &state,
             protect: &[repo.join(".herd")],
             user_config: Some(home.join(".config/herd")),
@@ -577,7 +571,9 @@ mod tests {
             worktree: None,
             git: None,
             home: Some(&home),
-            cli_state: &[".claude"],
+            cli_state: &[home.join(".claude")],
+            cli_protected: herd_backends::claude::PROTECTED_STATE,
+            workspace_writable: true,
             state_dir: &state,
             protect: &[],
             user_config: None,
