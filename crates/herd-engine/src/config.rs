@@ -32,6 +32,9 @@ pub struct ProjectConfig {
     /// How long an ACP agent may take to answer `initialize` and open its session before the
     /// run fails `protocol_error`, e.g. `45s` (1s-10m) [default: 30s].
     pub handshake_timeout: Option<String>,
+    /// How much of a run's output is stored (events, transcript, stderr log), e.g. `64MiB`
+    /// [default: 64MiB]; past it output is dropped with an `output_limit` event.
+    pub max_stored_output: Option<String>,
     #[serde(default)]
     pub permissions: PermissionsConfig,
     /// Hooks by event: `PreToolUse`, `PostToolUse`, `SubagentStart`, `SubagentStop`.
@@ -89,6 +92,25 @@ pub struct PermissionsConfig {
     pub ask_timeout: Option<String>,
 }
 
+/// How much of a run's output is stored when the config does not say.
+pub const DEFAULT_MAX_STORED_OUTPUT: u64 = 64 << 20;
+
+/// A size: bytes, or a number with `K`/`KiB`, `M`/`MiB`, `G`/`GiB` (powers of 1024).
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: u64 = num.parse().map_err(|_| format!("{s:?} is not a size (e.g. 64MiB, 512K, 1G)"))?;
+    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        other => return Err(format!("{s:?}: unknown unit {other:?} (use K, M or G)")),
+    };
+    n.checked_mul(mult).ok_or_else(|| format!("{s:?} is too large"))
+}
+
 /// A config file that cannot be used.
 #[derive(Debug, thiserror::Error)]
 #[error("{file}: {message}")]
@@ -141,12 +163,23 @@ impl ProjectConfig {
         self.timeout()?;
         self.permission_timeout()?;
         self.handshake_timeout()?;
+        self.max_stored_output()?;
         if self.permission_timeout.is_some() && self.permissions.ask_timeout.is_some() {
             return Err("permission_timeout and permissions.ask_timeout say the same thing: \
                         keep permission_timeout"
                 .into());
         }
         Ok(())
+    }
+
+    /// `max_stored_output` in bytes (at least 1 MiB), or the default.
+    pub fn max_stored_output(&self) -> Result<u64, String> {
+        let Some(v) = &self.max_stored_output else { return Ok(DEFAULT_MAX_STORED_OUTPUT) };
+        let n = parse_size(v).map_err(|e| format!("max_stored_output: {e}"))?;
+        if n < 1 << 20 {
+            return Err(format!("max_stored_output: {v} is below the 1MiB minimum"));
+        }
+        Ok(n)
     }
 
     /// `timeout`, parsed and checked (1s to 120m).

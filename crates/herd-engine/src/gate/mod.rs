@@ -3,6 +3,7 @@
 
 pub(crate) mod calls;
 pub mod hooks;
+mod paths;
 mod permissions;
 
 use std::path::PathBuf;
@@ -19,6 +20,7 @@ use herd_store::{NewAudit, NewPermissionRequest, Store, WriterHandle, now_ms};
 use serde_json::{Value, json};
 
 pub use hooks::{DEFAULT_HOOK_TIMEOUT, HookDef, HookEnv, HookEvent, HookOutcome, run_hook};
+pub use paths::canonical;
 pub use permissions::Permissions;
 pub(crate) use permissions::granted_env;
 
@@ -166,7 +168,13 @@ impl Gate {
         let mut out: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
         out.insert("bash".into());
         for layer in &self.layers {
-            out.extend(layer.deny.iter().chain(&layer.ask).map(|r| r.tool.clone()));
+            for r in layer.deny.iter().chain(&layer.ask) {
+                out.insert(r.tool.clone());
+                // A Read rule binds searches of a path too.
+                if r.tool == "read" {
+                    out.extend(["grep".to_owned(), "glob".to_owned()]);
+                }
+            }
         }
         out.extend(lock(&self.perms.grants).tool_names());
         let counted = self.perms.auto_approve.is_some();
@@ -216,7 +224,8 @@ impl Gate {
         &self,
         req: &ToolRequest,
     ) -> Result<PermissionAnswer, herd_store::StoreError> {
-        let call = Call::new(&req.tool.claude, &req.input, Some(&self.cwd));
+        let mut call = Call::new(&req.tool.claude, &req.input, Some(&self.cwd));
+        paths::resolve(&mut call, &self.cwd);
         let granted = lock(&self.perms.grants).valid_tools(now());
         let decision = {
             let st = lock(&self.state);

@@ -11,6 +11,7 @@ use herd_store::{AuditFilter, StatePaths, Store, Writer};
 use serde_json::json;
 
 use super::*;
+use crate::gate::canonical;
 
 struct Fixture {
     _dir: tempfile::TempDir,
@@ -226,4 +227,98 @@ fn what_the_cli_must_always_ask_about() {
         gate(&f, auto, &[], &spec).ask_first(&tools),
         ["bash", "grep", "read", "webfetch", "write"]
     );
+}
+
+fn file_call(tool: &str, key: &str, path: &std::path::Path) -> ToolRequest {
+    request(
+        format!("{tool}-{}", path.display()),
+        tool,
+        json!({ key: path, "content": "", "old_string": "a", "new_string": "b" }),
+    )
+}
+
+/// A gate whose run works in `cwd`.
+fn gate_in(f: &Fixture, spec: &RunSpec, cwd: &std::path::Path) -> Arc<Gate> {
+    let perms = Permissions { ask_timeout: Duration::from_secs(1), ..Permissions::default() };
+    Arc::new(Gate::new(
+        perms,
+        &[],
+        spec,
+        f.writer.handle(),
+        f.store.clone(),
+        f.id.clone(),
+        HookEnv::default(),
+        cwd.to_path_buf(),
+        Default::default(),
+    ))
+}
+
+#[tokio::test(start_paused = true)]
+async fn path_rules_see_through_symlinks_and_bind_the_edit_family() {
+    let f = fixture();
+    let dir = tempfile::tempdir().unwrap();
+    let root = canonical(std::path::Path::new("/"), dir.path(), None).unwrap();
+    std::fs::create_dir_all(root.join("secret")).unwrap();
+    std::fs::create_dir_all(root.join("ok")).unwrap();
+    std::fs::write(root.join("secret/key"), "k").unwrap();
+    std::os::unix::fs::symlink("secret", root.join("link")).unwrap();
+    std::os::unix::fs::symlink(root.join("secret/new"), root.join("ok/dangling")).unwrap();
+    let spec = |allow: &[&str], deny: &[&str]| RunSpec {
+        allow: allow.iter().map(|s| s.to_string()).collect(),
+        deny: deny.iter().map(|s| s.to_string()).collect(),
+        ..RunSpec::default()
+    };
+
+    // Deny rules match the resolved path, also for files not yet created.
+    let g = gate_in(
+        &f,
+        &spec(&["Write", "Read", "Edit"], &["Write(*/secret/*)", "Read(*/secret/*)"]),
+        &root,
+    );
+    assert!(!decide(&g, file_call("Write", "file_path", &root.join("link/x"))).await);
+    assert!(!decide(&g, file_call("Write", "file_path", &root.join("ok/dangling"))).await);
+    assert!(!decide(&g, file_call("Read", "file_path", &root.join("link/key"))).await);
+    assert!(
+        !decide(&g, file_call("Write", "file_path", std::path::Path::new("link/y"))).await,
+        "relative"
+    );
+    assert!(decide(&g, file_call("Write", "file_path", &root.join("ok/a.txt"))).await);
+    assert!(decide(&g, file_call("Read", "file_path", &root.join("ok/a.txt"))).await);
+    // A Write deny binds Edit, MultiEdit, NotebookEdit; an Edit deny binds Write.
+    assert!(!decide(&g, file_call("Edit", "file_path", &root.join("link/key"))).await);
+    assert!(!decide(&g, file_call("MultiEdit", "file_path", &root.join("secret/key"))).await);
+    assert!(
+        !decide(&g, file_call("NotebookEdit", "notebook_path", &root.join("link/n.ipynb"))).await
+    );
+    let g = gate_in(&f, &spec(&["Write"], &["Edit(*/secret/*)"]), &root);
+    assert!(!decide(&g, file_call("Write", "file_path", &root.join("link/x"))).await);
+    assert!(decide(&g, file_call("Write", "file_path", &root.join("ok/x"))).await);
+
+    // Allow rules match the resolved path only: `ok/../secret` is not under ok/.
+    let ok = format!("Write({}/ok/*)", root.display());
+    let g = gate_in(&f, &spec(&[&ok], &[]), &root);
+    assert!(decide(&g, file_call("Write", "file_path", &root.join("ok/x"))).await);
+    assert!(!decide(&g, file_call("Write", "file_path", &root.join("ok/../secret/x"))).await);
+    assert!(!decide(&g, file_call("Write", "file_path", &root.join("ok/dangling"))).await);
+
+    // A Bash redirection is a write of its resolved path.
+    let g = gate_in(&f, &spec(&["Bash", "Write"], &["Write(*/secret/*)"]), &root);
+    assert!(!decide(&g, bash("echo x > link/y")).await);
+    assert!(!decide(&g, bash("echo x >> ok/dangling")).await);
+    assert!(decide(&g, bash("echo x > ok/y 2>&1")).await);
+    let g = gate_in(&f, &spec(&["Bash(echo *)"], &[]), &root);
+    assert!(!decide(&g, bash("echo x > ok/y")).await, "no rule allows the write: asked");
+    assert!(decide(&g, bash("echo x > /dev/null")).await);
+
+    // A search of a directory holding denied files is asked about (nobody answers: denied).
+    let g = gate_in(&f, &spec(&["Grep", "Read"], &["Read(*/secret/*)"]), &root);
+    let grep = |p: &std::path::Path| {
+        request(format!("grep-{}", p.display()), "Grep", json!({"pattern": "k", "path": p}))
+    };
+    assert!(!decide(&g, grep(&root.join("link"))).await);
+    assert!(!decide(&g, grep(&root)).await);
+    f.writer.handle().flush().await.unwrap();
+    let rows = f.store.lock().unwrap().audit(&AuditFilter::default()).unwrap();
+    let last = rows.iter().rev().find(|r| r.event_type == "permission_request").unwrap();
+    assert!(last.decided_by.as_deref().unwrap().contains("might match"), "{last:?}");
 }

@@ -1,6 +1,7 @@
 //! One subagent run, start to close: persist it, prepare its workspace, start the agent under
 //! the guard with its environment and tool settings, then hand it to [`state`] to the end.
 
+mod output;
 mod state;
 
 use std::path::PathBuf;
@@ -38,6 +39,9 @@ pub struct TaskRequest {
     pub timeout: Duration,
     /// Cut the result text to this many bytes (the transcript keeps everything).
     pub max_output_bytes: Option<u64>,
+    /// Store at most this many bytes of the run's output (events, transcript, stderr log);
+    /// past it output is dropped with an `output_limit` event.
+    pub max_stored_bytes: u64,
     /// Rules, auto-approve, hooks and grants for the agent's tool calls.
     pub permissions: Permissions,
     /// Where the agent works: the directory as is (optionally locked) or an isolated worktree.
