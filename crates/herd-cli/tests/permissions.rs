@@ -227,6 +227,40 @@ fn an_unanswered_call_is_denied_at_the_timeout() {
 }
 
 #[test]
+fn an_answer_to_a_dead_runs_request_is_refused_and_audited() {
+    let w = world_or_skip!();
+    let never = w.work.join("never.txt");
+    MockServer::shared().script(
+        "perm_dead",
+        Script::new()
+            .tool_use("Bash", bash(&format!("touch {}", never.display())))
+            .text("done: {{last_tool_result}}"),
+    );
+    let mut child = w
+        .herd(&["task", "SCENARIO=perm_dead go", "--permission-timeout", "120s", "--json"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let request = pending_request(&w);
+    let run = running_id(&w);
+    // herd dies with the request pending (its guard takes the agent with it).
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let out = w.run(&["approve", &request]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("its run ended"), "{stderr}");
+    assert!(!never.exists());
+    let (_, pending) = w.json(&["approve", "--json"]);
+    assert_eq!(pending, json!([]), "the stale request is closed");
+    let rows = audit(&w, &run);
+    let refused = of_type(&rows, "permission_answer_refused");
+    assert_eq!(refused.len(), 1, "{rows:#?}");
+    assert_eq!(refused[0]["decision"], "allow");
+}
+
+#[test]
 fn approve_always_lets_the_same_call_run_again_and_unnamed_reads_are_observed() {
     let w = world_or_skip!();
     let (one, two) = (w.work.join("one.txt"), w.work.join("two.txt"));

@@ -369,9 +369,12 @@ mod tests {
                     }
                 }
             }
+            // A deny or ask rule naming one part catches the line, or at least takes it as a
+            // possible match (a line bash cannot parse, like ` ;a`, runs nothing: asked about).
             for part in [&a, &b] {
                 if r.matches(&bash(part.trim())) && !part.trim().is_empty() {
-                    prop_assert!(r.catches(&call), "{} misses {:?} in {:?}", r, part, line);
+                    let v = r.judge(&call);
+                    prop_assert!(v != Verdict::No, "{} misses {:?} in {:?}", r, part, line);
                 }
             }
         }

@@ -5,6 +5,7 @@ pub(crate) mod calls;
 pub mod hooks;
 mod paths;
 mod permissions;
+mod protect;
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -101,6 +102,10 @@ pub(crate) struct Gate {
     cwd: PathBuf,
     state: Mutex<GateState>,
     answers: Arc<Answers>,
+    /// The paths no rule may let the agent write; set once the run's workspace is known.
+    protected: std::sync::OnceLock<crate::protected::Protected>,
+    /// A sandbox confines the run (then a write herd cannot place is left to it).
+    sandboxed: bool,
 }
 
 /// Fields of an audit entry about one call.
@@ -138,6 +143,7 @@ impl Gate {
         let mut layers = inherited.to_vec();
         layers.push(own);
         let approver = perms.auto_approve.clone().map(|c| AutoApprover::new(c, now()));
+        let sandboxed = matches!(perms.confine.decide(), crate::sandbox::Decision::Confine(_));
         Self {
             perms,
             layers,
@@ -148,6 +154,36 @@ impl Gate {
             cwd,
             state: Mutex::new(GateState { approver, ..GateState::default() }),
             answers,
+            protected: std::sync::OnceLock::new(),
+            sandboxed,
+        }
+    }
+
+    /// The run's protected paths (its workspace is ready): calls that write one go to a person.
+    pub fn protect(&self, protected: crate::protected::Protected) {
+        let _ = self.protected.set(protected);
+    }
+
+    /// Why `call` must go to a person whatever the rules say: it writes a protected path, or,
+    /// with no sandbox around the run, somewhere herd cannot place.
+    fn must_ask(&self, call: &Call) -> Option<String> {
+        let home = std::env::var_os("HOME").map(PathBuf::from);
+        let cwd = call.cwd.as_deref().unwrap_or(&self.cwd);
+        let touch = match self.protected.get() {
+            Some(p) => protect::touches(call, p, cwd, home.as_deref()),
+            None => protect::Touch::Unknown("the run's protected paths are not known yet".into()),
+        };
+        match touch {
+            protect::Touch::None => None,
+            protect::Touch::Protected { path, how } => Some(format!(
+                "{how}: herd protects {} and no rule or auto-approve lets an agent write there",
+                path.display()
+            )),
+            protect::Touch::Unknown(_) if self.sandboxed => None,
+            protect::Touch::Unknown(why) => Some(format!(
+                "{why}, and no sandbox confines this run: herd cannot tell whether it writes a \
+                 path it protects"
+            )),
         }
     }
 
@@ -242,6 +278,7 @@ impl Gate {
         if let Decision::Deny { by } = decision {
             return self.deny(req, "permission_decision", by, None).await;
         }
+        let protected = self.must_ask(&call);
         for hook in self.hooks(HookEvent::PreToolUse, &req.tool.claude) {
             let payload = json!({
                 "hook_event_name": "PreToolUse", "subagent_id": self.subagent.as_str(),
@@ -252,6 +289,9 @@ impl Gate {
                 let by = format!("PreToolUse hook `{}`: {reason}", hook.command);
                 return self.deny(req, "hook_veto", by, None).await;
             }
+        }
+        if let Some(why) = protected {
+            return self.ask_person(req, why).await;
         }
         match decision {
             Decision::Allow { by } => self.allow(req, "permission_decision", by, None).await,

@@ -47,7 +47,7 @@ fn fixture() -> Fixture {
 }
 
 fn gate(f: &Fixture, perms: Permissions, inherited: &[Policy], spec: &RunSpec) -> Arc<Gate> {
-    Arc::new(Gate::new(
+    protecting_nothing(Gate::new(
         perms,
         inherited,
         spec,
@@ -58,6 +58,12 @@ fn gate(f: &Fixture, perms: Permissions, inherited: &[Policy], spec: &RunSpec) -
         std::env::temp_dir(),
         Default::default(),
     ))
+}
+
+/// A gate for testing rules: no path is protected.
+fn protecting_nothing(g: Gate) -> Arc<Gate> {
+    g.protect(crate::protected::Protected::default());
+    Arc::new(g)
 }
 
 fn request(id: String, tool: &str, input: serde_json::Value) -> ToolRequest {
@@ -240,7 +246,7 @@ fn file_call(tool: &str, key: &str, path: &std::path::Path) -> ToolRequest {
 /// A gate whose run works in `cwd`.
 fn gate_in(f: &Fixture, spec: &RunSpec, cwd: &std::path::Path) -> Arc<Gate> {
     let perms = Permissions { ask_timeout: Duration::from_secs(1), ..Permissions::default() };
-    Arc::new(Gate::new(
+    protecting_nothing(Gate::new(
         perms,
         &[],
         spec,
@@ -321,4 +327,72 @@ async fn path_rules_see_through_symlinks_and_bind_the_edit_family() {
     let rows = f.store.lock().unwrap().audit(&AuditFilter::default()).unwrap();
     let last = rows.iter().rev().find(|r| r.event_type == "permission_request").unwrap();
     assert!(last.decided_by.as_deref().unwrap().contains("might match"), "{last:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_protected_path_goes_to_a_person_whatever_the_rules_say() {
+    let f = fixture();
+    let dir = tempfile::tempdir().unwrap();
+    let root = canonical(std::path::Path::new("/"), dir.path(), None).unwrap();
+    std::fs::create_dir_all(root.join(".herd")).unwrap();
+    let spec = RunSpec {
+        allow: vec!["Bash".into(), "Write".into()],
+        deny: vec!["Bash(rm *)".into()],
+        ..RunSpec::default()
+    };
+    let perms = Permissions {
+        auto_approve: Some(AutoApproveConfig::default()),
+        ask_timeout: Duration::from_secs(5),
+        ..Permissions::default()
+    };
+    let g = Arc::new(Gate::new(
+        perms,
+        &[],
+        &spec,
+        f.writer.handle(),
+        f.store.clone(),
+        f.id.clone(),
+        HookEnv::default(),
+        root.clone(),
+        Default::default(),
+    ));
+    let roots = crate::protected::Roots {
+        cwd: root.clone(),
+        state_dir: root.join(".herd"),
+        ..Default::default()
+    };
+    g.protect(crate::protected::Protected::new(&roots, None));
+    let config = root.join(".herd/config.yml");
+
+    // Allowed by a rule, auto-approve on: still asked, and nobody answers.
+    let started = tokio::time::Instant::now();
+    assert!(!decide(&g, file_call("Write", "file_path", &config)).await);
+    assert!(started.elapsed() >= Duration::from_secs(5), "it was asked");
+    assert!(!decide(&g, bash("echo '{allow: [Bash]}' > .herd/config.yml")).await);
+    assert!(decide(&g, bash("echo hi > notes.txt")).await, "other writes follow the rules");
+    // A deny rule denies at once.
+    let started = tokio::time::Instant::now();
+    assert!(!decide(&g, bash("rm .herd/herd.db")).await);
+    assert_eq!(started.elapsed(), Duration::ZERO);
+
+    f.writer.handle().flush().await.unwrap();
+    let rows = f.store.lock().unwrap().audit(&AuditFilter::default()).unwrap();
+    let asked: Vec<_> = rows.iter().filter(|r| r.event_type == "permission_request").collect();
+    assert_eq!(asked.len(), 2, "{rows:?}");
+    let why = asked[0].decided_by.as_deref().unwrap();
+    assert!(why.contains(".herd") && why.contains("herd protects"), "{why}");
+
+    // A person may allow it.
+    let g2 = g.clone();
+    let call =
+        tokio::spawn(async move { decide(&g2, file_call("Write", "file_path", &config)).await });
+    let id = loop {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let pending = f.store.lock().unwrap().pending_requests(None).unwrap();
+        if let Some(r) = pending.first() {
+            break r.id.clone();
+        }
+    };
+    f.store.lock().unwrap().answer_request(&id, true, false, None, "tester").unwrap();
+    assert!(call.await.unwrap(), "a person's yes allows it");
 }

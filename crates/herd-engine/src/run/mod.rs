@@ -369,6 +369,19 @@ impl Engine {
                 }
             }
         }
+        let home = env.0.iter().find(|(k, _)| k == "HOME").map(|(_, v)| PathBuf::from(v));
+        let roots = crate::protected::Roots {
+            cwd: req.cwd.canonicalize().unwrap_or_else(|_| req.cwd.clone()),
+            worktree: match &req.workspace {
+                WorkspaceReq::Isolated(spec) => Some(spec.path.clone()),
+                WorkspaceReq::Shared { .. } => None,
+            },
+            git: layout.as_ref(),
+            state_dir: self.paths().root.clone(),
+            protect: &req.permissions.confine.protect,
+            user_config: crate::protected::user_config(),
+        };
+        run.calls.gate.protect(crate::protected::Protected::new(&roots, home.as_deref()));
         if let Decision::Unconfined { reason, warn } = &decision {
             if *warn {
                 crate::sandbox::warn_once(reason);

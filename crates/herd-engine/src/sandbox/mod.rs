@@ -178,8 +178,7 @@ fn wrap(inv: Invocation, s: &RunSetup<'_>) -> Result<(Invocation, Placeholders),
         (None, Some(h)) => s.backend.home_state(s.spec).iter().map(|d| h.join(d)).collect(),
         (None, None) => Vec::new(),
     };
-    let user_config =
-        crate::agents::user_agents_dir().and_then(|d| d.parent().map(Path::to_path_buf));
+    let user_config = crate::protected::user_config();
     let inputs = plan::Inputs {
         bwrap: s.bwrap,
         init: s.herd,
