@@ -420,6 +420,9 @@ impl<'e> RunState<'e> {
 
     /// Look at decoded events (result, session, text), then hand them to the writer.
     async fn emit(&mut self, child: &mut Child, evs: Vec<Decoded>) -> Result<(), EngineError> {
+        // A two-way protocol answers what it just read (ACP: the next step of the session),
+        // even a line that made no event (the answer to `session/set_mode`).
+        self.answer_protocol(child);
         if evs.is_empty() {
             return Ok(());
         }
@@ -482,14 +485,6 @@ impl<'e> RunState<'e> {
             }
             self.last_progress = Instant::now();
         }
-        // A two-way protocol answers what it just read (ACP: the next step of the session).
-        let reply = self.decoder.take_stdin();
-        if !reply.is_empty() && child.stdin_open() {
-            child.write_stdin(&reply);
-        }
-        if self.handshake_deadline.is_some() && self.decoder.handshake_pending().is_none() {
-            self.handshake_deadline = None;
-        }
         // The terminal event arrived: end the input so the CLI exits (stdin held until result).
         if got_result && self.backend.holds_stdin() {
             child.close_stdin();
@@ -501,6 +496,17 @@ impl<'e> RunState<'e> {
             }
         }
         Ok(())
+    }
+
+    /// Write what the decoder has for the CLI's stdin; a finished handshake stops its clock.
+    fn answer_protocol(&mut self, child: &mut Child) {
+        let reply = self.decoder.take_stdin();
+        if !reply.is_empty() && child.stdin_open() {
+            child.write_stdin(&reply);
+        }
+        if self.handshake_deadline.is_some() && self.decoder.handshake_pending().is_none() {
+            self.handshake_deadline = None;
+        }
     }
 
     async fn record_stop(&self, step: &str, why: &str) -> Result<(), EngineError> {
