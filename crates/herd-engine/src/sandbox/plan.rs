@@ -148,7 +148,14 @@ pub fn build(i: &Inputs<'_>) -> Result<(SandboxPlan, Placeholders), String> {
     }
     let home = i.home.filter(|h| h.is_dir()).map(canon);
     // What lives in /tmp and must be seen again over the private one.
-    for p in [home.clone(), Some(canon(i.init)), Some(canon(i.program))].into_iter().flatten() {
+    // A workspace the agent may only read is not bound writable below: it is seen again.
+    let workspace = i.worktree.map_or_else(|| cwd.clone(), canon);
+    let read_only = (!i.workspace_writable).then(|| {
+        let git = i.git.map(|g| [g.common.clone(), g.git_dir.clone()]);
+        std::iter::once(workspace.clone()).chain(git.into_iter().flatten())
+    });
+    let always = [home.clone(), Some(canon(i.init)), Some(canon(i.program))];
+    for p in always.into_iter().flatten().chain(read_only.into_iter().flatten()) {
         if p.starts_with("/tmp") {
             add(p, MountKind::Visible);
         }
@@ -159,7 +166,7 @@ pub fn build(i: &Inputs<'_>) -> Result<(SandboxPlan, Placeholders), String> {
     // workspace (codex mapped to read-only) gets the CLI's state alone.
     let mut writable = Vec::new();
     if i.workspace_writable {
-        writable.push(i.worktree.map_or_else(|| cwd.clone(), canon));
+        writable.push(workspace);
         if let Some(g) = i.git {
             writable.push(g.common.clone());
             if !g.git_dir.starts_with(&g.common) {
@@ -548,5 +555,47 @@ mod tests {
         let rw = args.find(&format!("--bind {0} {0}", s(&home))).unwrap();
         let claude = args.find(&format!("--bind {0} {0}", s(&home.join(".claude")))).unwrap();
         assert!(rw < ro && ro < claude, "{args}");
+    }
+
+    #[test]
+    fn a_read_only_workspace_is_seen_but_not_written() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().canonicalize().unwrap();
+        let (work, home, state) = (root.join("work"), root.join("home"), root.join("state"));
+        for d in [&work, &home.join(".codex"), &state] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        // codex reads a directory where its config should be as an error: an existing config
+        // is protected, a missing one gets no placeholder.
+        std::fs::write(home.join(".codex/config.toml"), "").unwrap();
+        let i = Inputs {
+            bwrap: Path::new("/usr/bin/bwrap"),
+            init: Path::new("/bin/true"),
+            program: Path::new("/bin/sh"),
+            cwd: &work,
+            worktree: None,
+            git: None,
+            home: Some(&home),
+            cli_state: &[home.join(".codex")],
+            cli_protected: herd_backends::codex::PROTECTED_STATE,
+            workspace_writable: false,
+            state_dir: &state,
+            protect: &[],
+            user_config: None,
+            tmpdir: None,
+            uid: u32::MAX,
+        };
+        let (plan, _holders) = build(&i).unwrap();
+        assert!(!writable_in(&plan, &work.join("a.txt")), "{:?}", kinds(&plan));
+        assert!(writable_in(&plan, &home.join(".codex/sessions")));
+        assert!(!writable_in(&plan, &home.join(".codex/config.toml")));
+        // Under /tmp (bwrap's private one) it is bound again, read-only, so the run can start.
+        let s = work.display().to_string();
+        assert_eq!(
+            kinds(&plan).contains(&(s, MountKind::Visible)),
+            work.starts_with("/tmp"),
+            "{:?}",
+            kinds(&plan)
+        );
     }
 }
