@@ -103,7 +103,7 @@ impl AcpAgent {
         match self {
             AcpAgent::Gemini => &[".gemini"],
             AcpAgent::CodexAcp => &[".codex"],
-            AcpAgent::ClaudeCodeAcp => &[".claude"],
+            AcpAgent::ClaudeCodeAcp => &[".claude", ".cache/claude-cli-nodejs"],
         }
     }
 
