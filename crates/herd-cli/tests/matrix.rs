@@ -402,3 +402,47 @@ asking! {
     claude_code_acp_asks: Cli::ClaudeCodeAcp;
     codex_acp_asks: Cli::CodexAcp;
 }
+
+/// `codex exec` never asks: herd's rules become its sandbox (`read-only` unless a rule allows a
+/// tool that writes), `--explain` says so, and its calls are audited as observed.
+#[test]
+fn codex_exec_maps_rules_onto_its_sandbox() {
+    let cli = Cli::Codex;
+    if require(cli).is_none() {
+        return;
+    }
+    let w = World::new();
+    for (what, rule, writable) in [("ro", "--deny", false), ("rw", "--allow", true)] {
+        let s = scenario(cli, what);
+        let made = w.work.join(format!("{what}.txt"));
+        let cmd = format!("touch {}", made.display());
+        MockServer::shared()
+            .script(&s, cli.shell(Script::new(), &cmd).text("done: {{last_tool_result}}"));
+        let out = herd(
+            &w,
+            cli,
+            &["task", &format!("SCENARIO={s} go"), rule, "Bash(touch *)", "--explain", "--json"],
+        )
+        .output()
+        .unwrap();
+        let v = json_of(&out);
+        assert_eq!(v["status"], "completed", "{}", log(&w, &v));
+        assert_eq!(made.exists(), writable, "{what}: {}", log(&w, &v));
+        let explain = String::from_utf8_lossy(&out.stderr);
+        let mapped = if writable { "workspace-write" } else { "read-only" };
+        assert!(
+            explain.contains("codex exec never asks for permission")
+                && explain.contains(&format!("its sandbox {mapped}")),
+            "{explain}"
+        );
+        let rows = audit(&w, v["id"].as_str().unwrap());
+        assert!(decisions(&w, v["id"].as_str().unwrap()).is_empty(), "{rows:#?}");
+        if writable {
+            let seen = rows.iter().find(|r| r["event_type"] == "tool_call_observed");
+            let seen = seen.unwrap_or_else(|| panic!("{rows:#?}"));
+            assert_eq!(seen["tool"], "Bash");
+            assert_eq!(seen["details"]["cli_tool"], "command_execution", "{seen}");
+            assert!(seen["input_preview"].as_str().unwrap().contains(&cmd), "{seen}");
+        }
+    }
+}

@@ -19,8 +19,9 @@ pub(crate) struct Calls {
     /// the answer from it).
     pub decisions: JoinSet<(ToolRequest, PermissionAnswer)>,
     side: JoinSet<()>,
-    /// Tool calls seen, by tool_use id, until their result.
-    open: HashMap<String, (String, Value)>,
+    /// Tool calls seen, by tool_use id, until their result: the tool (as rules name it and as
+    /// the CLI did) and its input.
+    open: HashMap<String, (String, Option<String>, Value)>,
     /// tool_use ids the CLI asked about.
     asked: HashSet<String>,
 }
@@ -48,11 +49,13 @@ impl Calls {
                 continue;
             }
             match &d.event {
-                AgentEvent::ToolCall { id, name, input } => {
-                    self.open.insert(id.clone(), (name.clone(), input.clone()));
+                AgentEvent::ToolCall { id, name, input, cli_tool } => {
+                    self.open.insert(id.clone(), (name.clone(), cli_tool.clone(), input.clone()));
                 }
                 AgentEvent::ToolResult { tool_use_id, is_error, content } => {
-                    let Some((name, input)) = self.open.remove(tool_use_id) else { continue };
+                    let Some((name, cli_tool, input)) = self.open.remove(tool_use_id) else {
+                        continue;
+                    };
                     let asked = self.asked.remove(tool_use_id);
                     let gate = self.gate.clone();
                     let post = gate.has_hooks(HookEvent::PostToolUse);
@@ -66,7 +69,7 @@ impl Calls {
                     });
                     self.side.spawn(async move {
                         if !asked {
-                            let _ = gate.observed(&name, &input).await;
+                            let _ = gate.observed(&name, cli_tool.as_deref(), &input).await;
                         }
                         if post {
                             gate.fire(HookEvent::PostToolUse, &name, payload).await;

@@ -549,7 +549,12 @@ impl Gate {
     }
 
     /// A call the CLI made without asking (read-only tools): audited as observed.
-    pub async fn observed(&self, tool: &str, input: &Value) -> Result<(), herd_store::StoreError> {
+    pub async fn observed(
+        &self,
+        tool: &str,
+        cli_tool: Option<&str>,
+        input: &Value,
+    ) -> Result<(), herd_store::StoreError> {
         self.writer
             .audit(NewAudit {
                 event_type: "tool_call_observed",
@@ -561,6 +566,7 @@ impl Gate {
                 input_sha256: Some(input_sha256(input)),
                 decision: Some("observed"),
                 decided_by: Some("the agent CLI (no permission asked)".into()),
+                details: cli_tool.map(|t| json!({"cli_tool": t})),
                 ..NewAudit::default()
             })
             .await

@@ -373,7 +373,8 @@ fn updates_become_events() {
         [AgentEvent::ToolCall {
             id: "t1".into(),
             name: "Bash".into(),
-            input: json!({"command": "ls -la"})
+            input: json!({"command": "ls -la"}),
+            cli_tool: Some("execute".into()),
         }]
     );
     assert_eq!(
