@@ -103,22 +103,26 @@ fn require(cli: Cli) -> Option<PathBuf> {
     cli.agent().require()
 }
 
-/// `herd ARGS --cli …` for `cli` in `w`, with every CLI's offline environment and binary.
-fn herd(w: &World, cli: Cli, args: &[&str]) -> Command {
+/// `herd ARGS` in `w` with every CLI's offline environment and binary.
+fn offline(w: &World, args: &[&str]) -> Command {
     let mock = MockServer::shared();
-    let mut all: Vec<&str> = args.to_vec();
-    all.extend(cli.select());
-    let mut c = w.herd(&all);
-    c.envs(herd_testkit::codex_env(mock, &w.home)).envs(herd_testkit::gemini_env(mock, &w.home));
-    if cli == Cli::ClaudeCodeAcp {
-        c.envs(herd_testkit::claude_code_acp_env(mock, &w.home));
-    }
+    let mut c = w.herd(args);
+    c.envs(herd_testkit::codex_env(mock, &w.home))
+        .envs(herd_testkit::gemini_env(mock, &w.home))
+        .envs(herd_testkit::claude_code_acp_env(mock, &w.home));
     for a in AgentCli::ALL {
         if let Some(bin) = a.find() {
             c.env(a.override_var(), bin);
         }
     }
     c
+}
+
+/// `herd ARGS --cli …` for `cli` in `w`.
+fn herd(w: &World, cli: Cli, args: &[&str]) -> Command {
+    let mut all: Vec<&str> = args.to_vec();
+    all.extend(cli.select());
+    offline(w, &all)
 }
 
 fn json_of(out: &std::process::Output) -> Value {
@@ -445,4 +449,46 @@ fn codex_exec_maps_rules_onto_its_sandbox() {
             assert!(seen["input_preview"].as_str().unwrap().contains(&cmd), "{seen}");
         }
     }
+}
+
+/// One plan on three CLIs: claude's result reaches codex, both reach gemini, and gemini's
+/// reaches an ACP agent; each step's model call carries its dependencies' results.
+#[test]
+fn a_plan_mixing_clis_passes_results_downstream() {
+    for cli in [Cli::Claude, Cli::Codex, Cli::Gemini, Cli::ClaudeCodeAcp] {
+        if require(cli).is_none() {
+            return;
+        }
+    }
+    let w = World::new();
+    let mock = MockServer::shared();
+    mock.script("mx_plan_a", Script::new().text("alpha-from-claude"));
+    mock.script("mx_plan_b", Script::new().text("beta-from-codex"));
+    mock.script("mx_plan_c", Script::new().text("gamma-from-gemini"));
+    mock.script("mx_plan_d", Script::new().text("delta-from-acp"));
+    let plan = "name: mixed\n\
+        defaults: {timeout: 90s}\n\
+        steps:\n\
+        \x20 - {id: a, cli: claude, prompt: \"SCENARIO=mx_plan_a go\"}\n\
+        \x20 - {id: b, cli: codex, prompt: \"SCENARIO=mx_plan_b go\", depends_on: [a]}\n\
+        \x20 - {id: c, cli: gemini, prompt: \"SCENARIO=mx_plan_c go\", depends_on: [a, b]}\n\
+        \x20 - {id: d, cli: acp, acp: {command: [claude-code-acp]}, prompt: \"SCENARIO=mx_plan_d go\", depends_on: [c]}\n";
+    std::fs::write(w.work.join("mixed.yml"), plan).unwrap();
+    let out = offline(&w, &["run", "mixed.yml", "--json"]).output().unwrap();
+    let v = json_of(&out);
+    assert_eq!(v["status"], "completed", "{v}\n{}", String::from_utf8_lossy(&out.stderr));
+    let step =
+        |id: &str| v["steps"].as_array().unwrap().iter().find(|s| s["id"] == id).unwrap().clone();
+    for (id, cli) in [("a", "claude"), ("b", "codex"), ("c", "gemini"), ("d", "acp")] {
+        assert_eq!(step(id)["status"], "completed", "{id}: {v}");
+        let run = w.json(&["show", step(id)["subagent_id"].as_str().unwrap(), "--json"]).1;
+        assert_eq!(run["cli"], cli, "{id}: {run}");
+    }
+    let body = |s: &str| {
+        mock.requests_for(s).iter().map(|r| r.body.to_string()).collect::<Vec<_>>().join("\n")
+    };
+    assert!(body("mx_plan_b").contains("alpha-from-claude"), "{}", body("mx_plan_b"));
+    let c_body = body("mx_plan_c");
+    assert!(c_body.contains("alpha-from-claude") && c_body.contains("beta-from-codex"), "{c_body}");
+    assert!(body("mx_plan_d").contains("gamma-from-gemini"), "{}", body("mx_plan_d"));
 }
