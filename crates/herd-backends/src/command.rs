@@ -116,7 +116,7 @@ mod tests {
     #[test]
     fn needs_a_program() {
         let env = [("PATH".to_owned(), "/bin".to_owned())];
-        let launch = Launch { env: &env, override_bin: None, confined: false };
+        let launch = Launch { env: &env, override_bin: None, confined: false, files: &[] };
         let err = Command.invocation(&RunSpec::default(), &launch).unwrap_err();
         assert!(err.to_string().contains("needs a program"));
     }

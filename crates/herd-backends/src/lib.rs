@@ -88,6 +88,14 @@ pub struct Invocation {
     pub args: Vec<String>,
 }
 
+/// A file a CLI reads for one run (gemini's policy), from [`Backend::run_files`]: the engine
+/// writes it beside the run's transcript and passes its path in [`Launch::files`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunFile {
+    pub name: &'static str,
+    pub contents: String,
+}
+
 /// What the engine knows when it starts a CLI, beyond the [`RunSpec`].
 #[derive(Debug, Clone, Copy)]
 pub struct Launch<'a> {
@@ -97,12 +105,19 @@ pub struct Launch<'a> {
     pub override_bin: Option<&'a str>,
     /// herd's filesystem sandbox confines the run: what the agent may write is herd's to say.
     pub confined: bool,
+    /// Where the engine wrote the backend's [`Backend::run_files`], by name.
+    pub files: &'a [(&'static str, PathBuf)],
 }
 
 impl Launch<'_> {
     /// A variable of the agent's environment.
     pub fn var(&self, key: &str) -> Option<&str> {
         self.env.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+    }
+
+    /// The path of the run file `name`, once written.
+    pub fn file(&self, name: &str) -> Option<&Path> {
+        self.files.iter().find(|(n, _)| *n == name).map(|(_, p)| p.as_path())
     }
 }
 
@@ -197,6 +212,10 @@ pub trait Backend: Send + Sync + fmt::Debug {
         path_var: Option<&str>,
         override_bin: Option<&str>,
     ) -> Result<PathBuf, BackendError>;
+    /// Files the CLI reads for this run (written before [`Self::invocation`]).
+    fn run_files(&self, _spec: &RunSpec) -> Vec<RunFile> {
+        Vec::new()
+    }
     /// The command line for `spec`.
     fn invocation(&self, spec: &RunSpec, launch: &Launch<'_>) -> Result<Invocation, BackendError>;
     /// Prefixes of environment variables the CLI needs passed through (API keys, base URLs).

@@ -492,3 +492,113 @@ fn a_plan_mixing_clis_passes_results_downstream() {
     assert!(c_body.contains("alpha-from-claude") && c_body.contains("beta-from-codex"), "{c_body}");
     assert!(body("mx_plan_d").contains("gamma-from-gemini"), "{}", body("mx_plan_d"));
 }
+
+/// A Codex TOML agent and a Gemini Markdown agent, imported with `herd agents import`, run on
+/// their own CLIs with their instructions and model.
+#[test]
+fn imported_codex_and_gemini_agents_run_on_their_own_clis() {
+    for cli in [Cli::Codex, Cli::Gemini] {
+        if require(cli).is_none() {
+            return;
+        }
+    }
+    let w = World::new();
+    let put = |rel: &str, text: &str| {
+        let p = w.work.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    };
+    put(
+        ".codex/agents/reviewer.toml",
+        "name = \"reviewer\"\ndescription = \"Reviews\"\nmodel = \"gpt-5.4\"\n\
+         developer_instructions = \"\"\"\nReview like an owner: mx-codex-instructions.\n\"\"\"\n",
+    );
+    put(
+        ".gemini/agents/auditor.md",
+        "---\nname: auditor\ndescription: Audits\nkind: local\ntools: [read_file, grep_search]\n\
+         model: gemini-2.5-pro\n---\nYou are a ruthless auditor: mx-gemini-instructions.\n",
+    );
+    for from in ["codex", "gemini"] {
+        let out = offline(&w, &["agents", "import", "--from", from]).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    let mock = MockServer::shared();
+    for (agent, cli, s, instructions, model) in [
+        ("reviewer", "codex", "mx_agent_codex", "mx-codex-instructions", "gpt-5.4"),
+        ("auditor", "gemini", "mx_agent_gemini", "mx-gemini-instructions", "gemini-2.5-pro"),
+    ] {
+        mock.script(s, Script::new().text(format!("{agent} done")));
+        let out = offline(
+            &w,
+            &["task", &format!("SCENARIO={s} go"), "--agent", agent, "--explain", "--json"],
+        )
+        .output()
+        .unwrap();
+        let v = json_of(&out);
+        assert_eq!(v["status"], "completed", "{}", log(&w, &v));
+        assert_eq!(v["cli"], cli, "{v}");
+        assert_eq!(v["result"], format!("{agent} done"));
+        let explain = String::from_utf8_lossy(&out.stderr);
+        assert!(explain.contains(&format!("cli {cli}")), "{explain}");
+        let reqs = mock.requests_for(s);
+        let streamed: Vec<_> = reqs.iter().filter(|r| r.streaming).collect();
+        assert!(!streamed.is_empty(), "{agent}: no model call");
+        let body = streamed[0].body.to_string();
+        assert!(body.contains(instructions), "{agent}: {body}");
+        let path = &streamed[0].path;
+        assert!(body.contains(model) || path.contains(model), "{agent} {path}: {body}");
+    }
+}
+
+/// Claude's tool names mean the same on gemini: `--tools` leaves gemini without the others
+/// (its own policy refuses them) and a Read rule binds gemini's `read_file`, which gemini would
+/// otherwise run without asking.
+#[test]
+fn gemini_follows_tools_and_read_rules() {
+    let cli = Cli::Gemini;
+    if require(cli).is_none() {
+        return;
+    }
+    let w = World::new();
+    std::fs::create_dir_all(w.work.join("secret")).unwrap();
+    std::fs::write(w.work.join("secret/key.txt"), "hunter2\n").unwrap();
+    std::fs::write(w.work.join("notes.txt"), "plain notes\n").unwrap();
+    let read = |p: &Path| json!({"absolute_path": p, "file_path": p});
+    let mock = MockServer::shared();
+    mock.script(
+        "mx_gemini_tools",
+        Script::new()
+            .tool_use("read_file", read(&w.work.join("notes.txt")))
+            .text("got: {{last_tool_result}}"),
+    );
+    let (_, v) = task(&w, cli, &["SCENARIO=mx_gemini_tools go", "--tools", "Bash,Write"]);
+    let result = v["result"].as_str().unwrap_or_default();
+    // Removed from gemini's registry, as --tools removes a tool from claude.
+    assert!(result.contains("\\\"read_file\\\" not found in registry"), "{}", log(&w, &v));
+    assert!(!result.contains("plain notes"), "{result}");
+    // gemini refused it itself: herd was never asked.
+    assert!(decisions(&w, v["id"].as_str().unwrap()).is_empty());
+
+    mock.script(
+        "mx_gemini_read",
+        Script::new()
+            .tool_use("read_file", read(&w.work.join("secret/key.txt")))
+            .tool_use("read_file", read(&w.work.join("notes.txt")))
+            .text("got: {{last_tool_result}}"),
+    );
+    let (code, v) = task(
+        &w,
+        cli,
+        &["SCENARIO=mx_gemini_read go", "--deny", "Read(*/secret/*)", "--allow", "Read"],
+    );
+    assert_eq!(code, 0, "{}", log(&w, &v));
+    let d = decisions(&w, v["id"].as_str().unwrap());
+    assert_eq!(d.len(), 2, "{d:#?}");
+    assert_eq!((d[0]["decision"].as_str(), d[0]["tool"].as_str()), (Some("deny"), Some("Read")));
+    assert_eq!(d[0]["details"]["cli_tool"], "read_file");
+    assert_eq!(d[1]["decision"], "allow", "{d:#?}");
+    let bodies: String =
+        mock.requests_for("mx_gemini_read").iter().map(|r| r.body.to_string()).collect();
+    assert!(!bodies.contains("hunter2"), "the denied file reached the model");
+    assert!(v["result"].as_str().unwrap().contains("plain notes"), "{v}");
+}

@@ -29,7 +29,7 @@ use herd_core::{AgentEvent, BackendKind, FailureReason, ResultInfo, ResultKind};
 
 use crate::{
     Backend, BackendError, Decoder, Exit, Invocation, Launch, PermissionAnswer, PermissionRequest,
-    PermissionRoute, RunSpec, Verdict,
+    PermissionRoute, RunFile, RunSpec, Verdict,
 };
 
 /// The ACP agents herd was tested with, and how each is started.
@@ -234,9 +234,17 @@ impl Backend for Acp {
         })
     }
 
+    fn run_files(&self, spec: &RunSpec) -> Vec<RunFile> {
+        match Acp::agent(spec) {
+            Some(AcpAgent::Gemini) => crate::gemini::policy_file(spec).into_iter().collect(),
+            _ => Vec::new(),
+        }
+    }
+
     fn invocation(&self, spec: &RunSpec, launch: &Launch<'_>) -> Result<Invocation, BackendError> {
         let program = self.program(spec, launch.var("PATH"), launch.override_bin)?;
         let mut args = spec.command[1..].to_vec();
+        args.extend(crate::gemini::policy_args(launch));
         if let Some(m) = &spec.model {
             match Acp::agent(spec).and_then(|a| a.model_args(m)) {
                 Some(more) => args.extend(more),

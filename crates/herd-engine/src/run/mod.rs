@@ -389,13 +389,28 @@ impl Engine {
             let ev = AgentEvent::Unconfined { reason: reason.clone() };
             self.writer().append(&id, vec![herd_core::Decoded::top(ev)]).await?;
         }
+        // What the CLI reads for this run (gemini's policy), kept beside its transcript.
+        let mut files = Vec::new();
+        for f in backend.run_files(&spec) {
+            let path = self.paths().transcripts().join(format!("{id}.{}", f.name));
+            match std::fs::write(&path, &f.contents) {
+                Ok(()) => files.push((f.name, path)),
+                Err(e) => {
+                    let message = format!("cannot write {}: {e}", path.display());
+                    let failure = FailureReason::SpawnError { message };
+                    return run.finish(Status::Failed, Some(failure), started, &[]).await;
+                }
+            }
+        }
+        let paths: Vec<PathBuf> = files.iter().map(|(_, p)| p.clone()).collect();
         let launch = herd_backends::Launch {
             env: &env.0,
             override_bin: override_bin.as_deref(),
             confined: matches!(decision, Decision::Confine(_)),
+            files: &files,
         };
         let spawned = match backend.invocation(&spec, &launch) {
-            Ok(inv) => match self.confined(&decision, inv.clone(), &req, backend, &env.0, layout) {
+            Ok(inv) => match self.confined(&decision, inv.clone(), &req, &env.0, layout, &paths) {
                 Ok((run_inv, holders)) => {
                     let sandboxed = holders.is_some();
                     run.placeholders = holders;

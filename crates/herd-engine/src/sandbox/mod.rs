@@ -164,6 +164,8 @@ struct RunSetup<'a> {
     pub env: &'a [(String, String)],
     pub state_dir: &'a Path,
     pub confine: &'a Confinement,
+    /// Files herd wrote for the CLI to read (gemini's policy).
+    pub run_files: &'a [PathBuf],
 }
 
 /// `inv` confined: the bwrap command line, and the placeholders the run holds until it ends.
@@ -195,6 +197,7 @@ fn wrap(inv: Invocation, s: &RunSetup<'_>) -> Result<(Invocation, Placeholders),
         user_config,
         tmpdir: var("TMPDIR"),
         uid: nix::unistd::getuid().as_raw(),
+        run_files: s.run_files,
     };
     let (plan, holders) = plan::build(&inputs)?;
     Ok((confine(inv, &plan), holders))
@@ -208,9 +211,9 @@ impl Engine {
         decision: &Decision,
         inv: herd_backends::Invocation,
         req: &crate::TaskRequest,
-        backend: &'static dyn herd_backends::Backend,
         env: &[(String, String)],
         layout: Option<crate::workspace::refs::Layout>,
+        run_files: &[PathBuf],
     ) -> Result<(herd_backends::Invocation, Option<Placeholders>), String> {
         let bwrap = match decision {
             Decision::Confine(b) => b,
@@ -224,7 +227,7 @@ impl Engine {
         let setup = RunSetup {
             bwrap,
             herd: &self.guard.program,
-            backend,
+            backend: herd_backends::backend(req.backend),
             spec: &req.spec,
             cwd: &req.cwd,
             worktree,
@@ -232,6 +235,7 @@ impl Engine {
             env,
             state_dir: &self.paths().root,
             confine: &req.permissions.confine,
+            run_files,
         };
         let (inv, holders) =
             wrap(inv, &setup).map_err(|e| format!("cannot set up the sandbox: {e}"))?;

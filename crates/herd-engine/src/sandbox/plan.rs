@@ -131,6 +131,8 @@ pub struct Inputs<'a> {
     /// `TMPDIR` in the agent's environment.
     pub tmpdir: Option<&'a str>,
     pub uid: u32,
+    /// Files herd wrote for the CLI to read (gemini's policy): seen, read-only.
+    pub run_files: &'a [PathBuf],
 }
 
 /// Build the plan for one run: creates the CLI state directories the agent must be able to
@@ -155,7 +157,8 @@ pub fn build(i: &Inputs<'_>) -> Result<(SandboxPlan, Placeholders), String> {
         std::iter::once(workspace.clone()).chain(git.into_iter().flatten())
     });
     let always = [home.clone(), Some(canon(i.init)), Some(canon(i.program))];
-    for p in always.into_iter().flatten().chain(read_only.into_iter().flatten()) {
+    let files = i.run_files.iter().map(|f| canon(f));
+    for p in always.into_iter().flatten().chain(read_only.into_iter().flatten()).chain(files) {
         if p.starts_with("/tmp") {
             add(p, MountKind::Visible);
         }
@@ -457,6 +460,7 @@ mod tests {
             user_config: Some(home.join(".config/herd")),
             tmpdir: None,
             uid: u32::MAX,
+            run_files: &[],
         };
         let (plan, holders) = build(&i).unwrap();
         let got = kinds(&plan);
@@ -529,6 +533,7 @@ mod tests {
             user_config: None,
             tmpdir: Some("/var/tmp/x"),
             uid: u32::MAX,
+            run_files: &[],
         };
         let (plan, _holders) = build(&i).unwrap();
         let got = kinds(&plan);
@@ -584,18 +589,22 @@ mod tests {
             user_config: None,
             tmpdir: None,
             uid: u32::MAX,
+            run_files: &[state.join("run.gemini-policy.toml")],
         };
         let (plan, _holders) = build(&i).unwrap();
         assert!(!writable_in(&plan, &work.join("a.txt")), "{:?}", kinds(&plan));
         assert!(writable_in(&plan, &home.join(".codex/sessions")));
         assert!(!writable_in(&plan, &home.join(".codex/config.toml")));
-        // Under /tmp (bwrap's private one) it is bound again, read-only, so the run can start.
-        let s = work.display().to_string();
-        assert_eq!(
-            kinds(&plan).contains(&(s, MountKind::Visible)),
-            work.starts_with("/tmp"),
-            "{:?}",
-            kinds(&plan)
-        );
+        // Under /tmp (bwrap's private one) it is bound again, read-only, so the run can start;
+        // so are the files herd wrote for the CLI.
+        for p in [&work, &state.join("run.gemini-policy.toml")] {
+            let s = p.display().to_string();
+            assert_eq!(
+                kinds(&plan).contains(&(s, MountKind::Visible)),
+                p.starts_with("/tmp"),
+                "{:?}",
+                kinds(&plan)
+            );
+        }
     }
 }
