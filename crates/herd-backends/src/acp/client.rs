@@ -80,6 +80,9 @@ pub struct AcpClient {
     usage: Usage,
     done: bool,
     cancelled: bool,
+    /// `session/load` was sent and `session/prompt` not yet: what the agent streams meanwhile
+    /// is the loaded session's history (gemini streams it after its answer to the load).
+    replaying: bool,
     /// Bytes for stdin not taken yet (the [`Decoder`] face).
     out: Vec<u8>,
 }
@@ -97,6 +100,7 @@ impl AcpClient {
             usage: Usage::default(),
             done: false,
             cancelled: false,
+            replaying: false,
             out: Vec::new(),
         }
     }
@@ -160,10 +164,7 @@ impl AcpClient {
             Some(Incoming::Notification { method, params }) => {
                 let events = match (method.as_str(), params.get("update")) {
                     // History a `session/load` replays is not this run's work.
-                    ("session/update", Some(_))
-                        if self.sent.values().any(|s| *s == Sent::LoadSession)
-                            && self.session_id.is_none() =>
-                    {
+                    ("session/update", Some(_)) if self.replaying => {
                         vec![AgentEvent::System { subtype: "session/update (replay)".into() }]
                     }
                     ("session/update", Some(update)) => self.updates.update(update, trimmed),
@@ -258,6 +259,7 @@ impl AcpClient {
                     Some(session) => {
                         let mut p = params;
                         p["sessionId"] = json!(session);
+                        self.replaying = true;
                         step.stdin.extend(self.send(Sent::LoadSession, "session/load", p));
                     }
                     None => step.stdin.extend(self.send(Sent::NewSession, "session/new", params)),
@@ -297,6 +299,7 @@ impl AcpClient {
     }
 
     fn prompt(&mut self) -> Vec<u8> {
+        self.replaying = false;
         let p = json!({
             "sessionId": self.session_id,
             "prompt": [{"type": "text", "text": self.config.prompt}],
