@@ -660,3 +660,44 @@ fn resume_claude_code_acp() {
 fn resume_codex_acp() {
     resume_continues_the_native_session(Cli::CodexAcp);
 }
+
+/// `herd doctor` finds every pinned CLI at its tested version, says how a run selects it, and
+/// lists the project's ACP agents with whether their program is there.
+#[test]
+fn doctor_reports_every_cli_and_the_projects_acp_agents() {
+    for a in AgentCli::ALL {
+        if a.require().is_none() {
+            return;
+        }
+    }
+    let w = World::new();
+    std::fs::create_dir_all(w.work.join(".herd/agents")).unwrap();
+    std::fs::write(
+        w.work.join(".herd/agents/ghost.yml"),
+        "description: x\ncli: acp\nacp: {command: [no-such-acp-agent]}\n",
+    )
+    .unwrap();
+    let out = offline(&w, &["doctor", "--json"]).output().unwrap();
+    let v = json_of(&out);
+    let clis = v["clis"].as_array().unwrap();
+    for a in AgentCli::ALL {
+        let c = clis.iter().find(|c| c["name"] == a.binary()).unwrap_or_else(|| panic!("{v}"));
+        let tested = a.pin().1;
+        assert_eq!(c["tested_version"], tested, "{c}");
+        assert!(c["version"].as_str().unwrap().contains(tested), "{c}");
+        assert_eq!(c["problem"], Value::Null, "{c}");
+        assert_eq!(c["runnable"], true, "{c}");
+    }
+    let gemini = clis.iter().find(|c| c["name"] == "gemini").unwrap();
+    assert_eq!(gemini["asks_permission"], true);
+    let codex = clis.iter().find(|c| c["name"] == "codex").unwrap();
+    assert_eq!(codex["asks_permission"], false);
+    assert_eq!(
+        v["acp_agents"],
+        json!([{"agent": "ghost", "program": "no-such-acp-agent", "runnable": false}])
+    );
+    let text =
+        String::from_utf8_lossy(&offline(&w, &["doctor"]).output().unwrap().stdout).into_owned();
+    assert!(text.contains("runnable: --cli acp -- codex-acp"), "{text}");
+    assert!(text.contains("agent ghost: ACP agent `no-such-acp-agent`, not runnable"), "{text}");
+}
