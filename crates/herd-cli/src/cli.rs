@@ -269,6 +269,8 @@ const TASK_HELP: &str = "\
 Examples:
   herd task \"fix the failing test in src/lib.rs\" --cli claude --allow 'Bash(cargo test *)' --allow Edit
   herd task \"summarise\" --cli command -- ./my-agent.sh --fast
+  herd task \"review src/\" --cli gemini --allow Read
+  herd task \"fix it\" --cli acp -- claude-code-acp
   herd task \"…\" --json | jq .result
 
 Tools and rules use Claude Code's vocabulary: --tools is what the agent has at all,
@@ -287,12 +289,14 @@ pub struct TaskArgs {
     /// The task for the agent
     pub prompt: String,
 
-    /// Which agent CLI runs the task [default: claude]
+    /// Which agent CLI runs the task: claude, codex, gemini, acp (any ACP agent, named
+    /// after --) or command [default: the agent's, else default_cli, else claude]
     #[arg(long, value_parser = parse_cli)]
     pub cli: Option<BackendKind>,
 
     /// Continue a finished subagent (id or unique prefix): natively where the CLI has
-    /// sessions (claude --resume, same cwd and HOME), else by replaying its last messages
+    /// sessions (claude --resume, codex exec resume, ACP session/load; same HOME), else by
+    /// replaying its last messages
     #[arg(long, value_name = "ID")]
     pub resume: Option<String>,
 
@@ -381,7 +385,8 @@ pub struct TaskArgs {
     #[arg(long, help_heading = "Workspace")]
     pub no_auto_commit: bool,
 
-    /// For --cli command: the program and its arguments
+    /// For --cli command: the program and its arguments; for --cli acp: the ACP agent's
+    /// (e.g. -- gemini --acp, -- claude-code-acp)
     #[arg(last = true, value_name = "PROGRAM ARGS")]
     pub command: Vec<String>,
 }

@@ -314,7 +314,8 @@ fn usage_errors_exit_2_with_clear_messages() {
     let cases: &[&[&str]] = &[
         &["task", "x", "--cli", "command"],
         &["task", "x", "--cli", "claude", "--", "ls"],
-        &["task", "x", "--cli", "gemini"],
+        // The agent's PATH has no gemini (and HERD_GEMINI_BIN is unset): named, with the fix.
+        &["task", "x", "--cli", "gemini", "--env", "PATH=/nonexistent"],
         &["task", "x", "--timeout", "0s"],
         &["task", "x", "--env", "NOEQUALS"],
         &["task", "x", "--cwd", "/definitely/not/here", "--cli", "command", "--", "true"],

@@ -641,3 +641,51 @@ fn a_claude_started_by_herd_cannot_delegate_past_the_depth_limit() {
     );
     assert!(mock.requests_for("mcp_deep_inner").is_empty());
 }
+
+/// `agent_cli` is the one backend enum: codex and gemini run for an MCP client as for `herd
+/// task`, and `acp` runs the ACP agent an agent definition names (never a program the client
+/// picks).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_cli_runs_codex_gemini_and_a_defined_acp_agent() {
+    let w = world_or_skip!();
+    let (Some(codex), Some(gemini), Some(acp)) = (
+        herd_testkit::require_codex(),
+        herd_testkit::require_gemini(),
+        herd_testkit::require_claude_code_acp(),
+    ) else {
+        return;
+    };
+    let mock = MockServer::shared();
+    std::fs::create_dir_all(w.work.join(".herd/agents")).unwrap();
+    std::fs::write(
+        w.work.join(".herd/agents/acp-helper.yml"),
+        "description: helps\ncli: acp\nacp: {command: [claude-code-acp]}\n",
+    )
+    .unwrap();
+    let mut env: Vec<(String, String)> = herd_testkit::codex_env(mock, &w.home);
+    env.extend(herd_testkit::gemini_env(mock, &w.home));
+    env.extend(herd_testkit::claude_code_acp_env(mock, &w.home));
+    for (k, bin) in
+        [("HERD_CODEX_BIN", codex), ("HERD_GEMINI_BIN", gemini), ("HERD_CLAUDE_CODE_ACP_BIN", acp)]
+    {
+        env.push((k.into(), bin.display().to_string()));
+    }
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let c = connect_with(&w, &[], &env).await;
+    for (cli, agent) in [("codex", None), ("gemini", None), ("acp", Some("acp-helper"))] {
+        let s = format!("mcp_cli_{cli}");
+        mock.script(&s, Script::new().text(format!("hello from {cli}")));
+        let mut args =
+            json!({"description": cli, "prompt": format!("SCENARIO={s} go"), "agent_cli": cli});
+        if let Some(a) = agent {
+            args["agent_name"] = json!(a);
+        }
+        let v = ok(&c, "task", args).await;
+        assert_eq!(v["status"], "completed", "{v}");
+        assert_eq!(v["output"], format!("hello from {cli}"), "{v}");
+        assert_eq!(show(&w, v["session_id"].as_str().unwrap())["cli"], cli);
+    }
+    let e = err(&c, "task", json!({"description": "x", "prompt": "p", "agent_cli": "acp"})).await;
+    assert!(e.contains("give agent_name"), "{e}");
+    c.cancel().await.unwrap();
+}

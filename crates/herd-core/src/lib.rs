@@ -12,7 +12,7 @@ pub mod scheduler;
 pub mod status;
 pub mod workspace;
 
-pub use backend::BackendKind;
+pub use backend::{AcpSpec, BackendKind};
 pub use event::{
     AgentEvent, Decoded, PermissionDenial, RefChange, RefChangeKind, ResultInfo, ResultKind, Usage,
     truncate_str,

@@ -29,6 +29,9 @@ pub struct ProjectConfig {
     pub max_per_parent: Option<u32>,
     /// How long a tool call waits for a person before it is denied, e.g. `2m` [default: 2m].
     pub permission_timeout: Option<String>,
+    /// How long an ACP agent may take to answer `initialize` and open its session before the
+    /// run fails `protocol_error`, e.g. `45s` (1s-10m) [default: 30s].
+    pub handshake_timeout: Option<String>,
     /// How much of a run's output is stored (events, transcript, stderr log), e.g. `64MiB`
     /// [default: 64MiB]; past it output is dropped with an `output_limit` event.
     pub max_stored_output: Option<String>,
@@ -159,6 +162,7 @@ impl ProjectConfig {
         }
         self.timeout()?;
         self.permission_timeout()?;
+        self.handshake_timeout()?;
         self.max_stored_output()?;
         if self.permission_timeout.is_some() && self.permissions.ask_timeout.is_some() {
             return Err("permission_timeout and permissions.ask_timeout say the same thing: \
@@ -184,6 +188,16 @@ impl ProjectConfig {
         let d = parse_duration(t).map_err(|e| format!("timeout: {e}"))?;
         if d < std::time::Duration::from_secs(1) || d > std::time::Duration::from_secs(120 * 60) {
             return Err(format!("timeout: {t} is out of range (1s to 120m)"));
+        }
+        Ok(Some(d))
+    }
+
+    /// `handshake_timeout`, parsed and checked (1s to 10m).
+    pub fn handshake_timeout(&self) -> Result<Option<std::time::Duration>, String> {
+        let Some(t) = &self.handshake_timeout else { return Ok(None) };
+        let d = parse_duration(t).map_err(|e| format!("handshake_timeout: {e}"))?;
+        if d < std::time::Duration::from_secs(1) || d > std::time::Duration::from_secs(600) {
+            return Err(format!("handshake_timeout: {t} is out of range (1s to 10m)"));
         }
         Ok(Some(d))
     }

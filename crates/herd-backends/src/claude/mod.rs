@@ -8,13 +8,36 @@ pub use decode::ClaudeDecoder;
 use herd_core::{AgentEvent, FailureReason, ResultInfo, ResultKind};
 use serde_json::{Value, json};
 
+use std::path::{Path, PathBuf};
+
 use crate::{
-    Backend, BackendError, BackendKind, Decoder, Exit, Invocation, PermissionAnswer,
-    PermissionRequest, RunSpec, ToolName, Verdict,
+    Backend, BackendError, BackendKind, Decoder, Exit, Invocation, Launch, PermissionAnswer,
+    PermissionRequest, PermissionRoute, RunSpec, ToolName, Verdict,
 };
 
 /// The Claude Code version herd was tested with.
 pub const TESTED_VERSION: &str = "2.1.197";
+
+/// The variable that overrides the binary's location.
+pub const PROGRAM_OVERRIDE_VAR: &str = "HERD_CLAUDE_BIN";
+
+/// Prefixes of the variables claude needs passed through (its key and base URL, its own
+/// settings variables).
+pub const ENV_PREFIXES: &[&str] = &["ANTHROPIC_", "CLAUDE_CODE_", "DISABLE_"];
+
+/// What under `~/.claude` configures claude (hooks, permission rules, MCP servers) or holds
+/// code or instructions it runs. The two settings files get an empty placeholder directory when
+/// missing: to claude (measured, 2.1.197) an empty directory is no configuration.
+pub const PROTECTED_STATE: &[(&str, bool)] = &[
+    ("settings.json", true),
+    ("settings.local.json", true),
+    ("CLAUDE.md", false),
+    ("agents", false),
+    ("commands", false),
+    ("skills", false),
+    ("plugins", false),
+    ("hooks", false),
+];
 
 /// Claude Code (`@anthropic-ai/claude-code`).
 #[derive(Debug, Clone, Copy)]
@@ -25,31 +48,55 @@ impl Backend for Claude {
         BackendKind::Claude
     }
 
-    fn program_override_var(&self) -> Option<&'static str> {
-        Some("HERD_CLAUDE_BIN")
+    fn program_override_var(&self, _spec: &RunSpec) -> Option<&'static str> {
+        Some(PROGRAM_OVERRIDE_VAR)
     }
 
-    fn invocation(
+    fn install_command(&self, _spec: &RunSpec) -> Option<String> {
+        crate::pins::install_command("claude")
+    }
+
+    fn program(
         &self,
-        spec: &RunSpec,
+        _spec: &RunSpec,
         path_var: Option<&str>,
         override_bin: Option<&str>,
-    ) -> Result<Invocation, BackendError> {
-        let program = crate::resolve_program("claude", "HERD_CLAUDE_BIN", path_var, override_bin)?;
+    ) -> Result<PathBuf, BackendError> {
+        crate::find_fixed("claude", PROGRAM_OVERRIDE_VAR, path_var, override_bin)
+    }
+
+    fn invocation(&self, spec: &RunSpec, launch: &Launch<'_>) -> Result<Invocation, BackendError> {
+        let program = self.program(spec, launch.var("PATH"), launch.override_bin)?;
         Ok(Invocation { program, args: args(spec) })
     }
 
-    fn env_prefixes(&self) -> &'static [&'static str] {
-        &["ANTHROPIC_", "CLAUDE_CODE_", "DISABLE_"]
+    fn env_prefixes(&self, _spec: &RunSpec) -> &'static [&'static str] {
+        ENV_PREFIXES
     }
 
-    fn home_state(&self) -> &'static [&'static str] {
+    fn home_state(&self, _spec: &RunSpec) -> &'static [&'static str] {
         // Measured on 2.1.197: sessions, transcripts and shell snapshots under ~/.claude, and
         // its credentials' refresh there (a lock directory, a file renamed into place).
         // `~/.claude.json` it rewrites by a temporary file renamed over it, which would need
         // HOME itself writable; without that it goes on (checked) and keeps its changes in
         // memory, so that file (its MCP servers among them) stays read-only.
         &[".claude"]
+    }
+
+    fn protected_state(&self, _spec: &RunSpec) -> &'static [(&'static str, bool)] {
+        PROTECTED_STATE
+    }
+
+    fn enforces_max_turns(&self) -> bool {
+        true
+    }
+
+    fn resumes_natively(&self, _spec: &RunSpec) -> bool {
+        true
+    }
+
+    fn permission_route(&self, _spec: &RunSpec, _confined: bool) -> PermissionRoute {
+        PermissionRoute::Asks("claude's permission bridge (--permission-prompt-tool stdio)")
     }
 
     fn builtin_tools(&self) -> &'static [&'static str] {
@@ -101,7 +148,7 @@ impl Backend for Claude {
         Some(m)
     }
 
-    fn decoder(&self) -> Box<dyn Decoder> {
+    fn decoder(&self, _spec: &RunSpec, _cwd: &Path) -> Box<dyn Decoder> {
         Box::new(ClaudeDecoder::default())
     }
 
@@ -264,6 +311,7 @@ mod tests {
             max_turns: Some(3),
             append_system_prompt: Some("be brief".into()),
             resume: Some("abc".into()),
+            replay_prompt: None,
             command: vec![],
             ask_first: vec!["bash".into(), "mcp__srv__do".into()],
             trust_project_settings: false,
@@ -293,7 +341,7 @@ mod tests {
             r#"{"type":"control_request","request_id":"b8d0165a-4935-4cfe-829c-f031b49b8f12","request":{"subtype":"can_use_tool","tool_name":"Bash","display_name":"Bash","input":{"command":"rm -rf /repo/nonexistent-dir","description":"Delete a dir"},"description":"Delete a dir","permission_suggestions":[],"blocked_path":"/repo/nonexistent-dir","tool_use_id":"toolu_mock_rm_0"}}"#,
             r#"{"type":"control_request","request_id":"867f2255-6ca0-4267-8e84-03250aad3ef7","request":{"subtype":"can_use_tool","tool_name":"Bash","display_name":"Bash","input":{"command":"touch /repo/sub-touched.txt","description":"Sub touch"},"description":"Sub touch","permission_suggestions":[],"blocked_path":"/repo/sub-touched.txt","tool_use_id":"toolu_mock_subtouch_0","agent_id":"a29fd4f515bcc2ae7"}}"#,
         ];
-        let mut decoder = Claude.decoder();
+        let mut decoder = Claude.decoder(&RunSpec::default(), Path::new("/"));
         let mut out = Vec::new();
         for l in lines {
             decoder.decode(l.as_bytes(), &mut out);

@@ -41,6 +41,7 @@ async fn foreground(
     let spawned = svc.spawn(caller, spec).await?;
     if explain {
         eprintln!("herd: cli {}: {}", spawned.cli, spawned.cli_reason);
+        eprintln!("herd: permissions: {}", spawned.permission_route);
     }
     let id = spawned.id.clone();
     let signals =

@@ -241,6 +241,13 @@ fn fill_agent_clis(plan: &mut PlanFile, file: &str, project: &mut Project) -> Re
         if step.fields.cli.is_none() && !default_cli {
             step.fields.cli = found.def.cli.map(|c| c.to_string());
         }
+        // An ACP agent's program comes with it unless the step names one.
+        if step.fields.cli.as_deref().or(plan.defaults.cli.as_deref()) == Some("acp")
+            && step.fields.acp.is_none()
+            && plan.defaults.acp.is_none()
+        {
+            step.fields.acp.clone_from(&found.def.acp);
+        }
     }
     Ok(())
 }
@@ -259,7 +266,12 @@ fn step_spec(step: &Step, base_dir: &Path) -> TaskSpec {
         name: Some(step.id.clone()),
         // Validated already.
         cli: f.cli.as_deref().and_then(|c| c.parse().ok()),
-        command: f.command.clone().unwrap_or_default(),
+        // An ACP step's agent program travels as the command, like `--cli acp -- PROGRAM`.
+        command: match (&f.command, &f.acp) {
+            (Some(c), _) => c.clone(),
+            (None, Some(a)) => a.command.clone(),
+            (None, None) => Vec::new(),
+        },
         agent: f.agent.clone(),
         inputs: f.inputs.clone().unwrap_or_default(),
         model: f.model.clone(),

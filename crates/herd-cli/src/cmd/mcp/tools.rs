@@ -38,8 +38,10 @@ pub struct TaskParams {
     #[doc = "Run a named agent definition (from .herd/agents, .claude/agents, ...; see `herd agents \
     list`). Its prompt template, tools, rules and limits apply."]
     pub agent_name: Option<String>,
-    #[doc = "Which agent CLI runs the task (e.g. \"claude\"); overrides the agent definition's cli. \
-    Default: the agent's cli, else default_cli in .herd/config.yml, else claude."]
+    #[doc = "Which agent CLI runs the task: \"claude\", \"codex\", \"gemini\", or \"acp\" (an Agent \
+    Client Protocol agent; its program comes from agent_name's definition, acp: {command}). \
+    Overrides the agent definition's cli. Default: the agent's cli, else default_cli in \
+    .herd/config.yml, else claude."]
     pub agent_cli: Option<String>,
     /// Values for the agent definition's prompt template inputs (needs agent_name).
     pub inputs: Option<BTreeMap<String, String>>,
@@ -110,6 +112,11 @@ impl TaskParams {
         if cli == Some(BackendKind::Command) {
             return Err(bad("agent_cli: \"command\" runs a program given on herd's command line \
                  (herd task --cli command -- PROGRAM); over MCP use \"claude\""
+                .into()));
+        }
+        if cli == Some(BackendKind::Acp) && self.agent_name.is_none() && self.session_id.is_none() {
+            return Err(bad("agent_cli: \"acp\" runs the ACP agent an agent definition names \
+                 (acp: {command: [program, args…]}): give agent_name"
                 .into()));
         }
         let timeout = match self.timeout_s {
