@@ -65,11 +65,16 @@ fn the_exit_code_decides_and_json_has_the_documented_fields() {
             "native_session_id",
             "num_turns",
             "pid",
+            "plan_id",
             "prompt",
             "result",
             "result_truncated",
             "started_at",
+            "state",
             "status",
+            "step",
+            "transcript",
+            "unanswered_denials",
             "usage"
         ],
         "one run shape for task --json, show --json and ps --json"

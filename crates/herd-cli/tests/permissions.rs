@@ -25,11 +25,11 @@ fn bash(cmd: &str) -> Value {
     json!({"command": cmd, "description": "test step"})
 }
 
-/// `herd audit --json` rows of one subagent.
+/// `herd audit --json` rows of one subagent (one array).
 fn audit(w: &World, id: &str) -> Vec<Value> {
     let out = w.run(&["audit", "--subagent", id, "--json"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+    serde_json::from_slice(&out.stdout).unwrap()
 }
 
 fn of_type<'a>(rows: &'a [Value], t: &str) -> Vec<&'a Value> {
@@ -147,9 +147,15 @@ fn read_only_calls_and_the_repositorys_own_settings_cannot_get_past_herds_rules(
         "Bash(echo *)",
         "--permission-timeout",
         "3s",
+        "--wait-for-approval",
         "--json",
     ]);
-    assert_eq!(code, 0, "{v}");
+    // The Write nobody answered was denied: completed, but not silently (issue 19).
+    assert_eq!(code, 4, "{v}");
+    assert_eq!(
+        (&v["status"], &v["state"]),
+        (&json!("completed"), &json!("completed_with_denials"))
+    );
     let reqs = MockServer::shared().requests_for("perm_readonly");
     let seen = reqs.last().unwrap().body.to_string();
     assert!(!seen.contains("s3cret-value"), "a denied read reached the model: {seen}");
@@ -179,7 +185,14 @@ fn a_call_approved_from_a_second_process_runs() {
             .text("done: {{last_tool_result}}"),
     );
     let child = w
-        .herd(&["task", "SCENARIO=perm_approve go", "--permission-timeout", "60s", "--json"])
+        .herd(&[
+            "task",
+            "SCENARIO=perm_approve go",
+            "--permission-timeout",
+            "60s",
+            "--wait-for-approval",
+            "--json",
+        ])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -216,9 +229,18 @@ fn an_unanswered_call_is_denied_at_the_timeout() {
             .text("done: {{last_tool_result}}"),
     );
     let start = Instant::now();
-    let (code, v) =
-        w.json(&["task", "SCENARIO=perm_timeout go", "--permission-timeout", "2s", "--json"]);
-    assert_eq!(code, 0, "{v}");
+    let (code, v) = w.json(&[
+        "task",
+        "SCENARIO=perm_timeout go",
+        "--permission-timeout",
+        "2s",
+        "--wait-for-approval",
+        "--json",
+    ]);
+    // Denied for want of an answer: exit 4 and the state say so (issue 19).
+    assert_eq!(code, 4, "{v}");
+    assert_eq!(v["state"], "completed_with_denials", "{v}");
+    assert_eq!(v["unanswered_denials"], 1, "{v}");
     assert!(start.elapsed() >= Duration::from_secs(2));
     assert!(!never.exists());
     assert!(v["result"].as_str().unwrap().contains("nobody answered within 2s"), "{v}");
@@ -241,7 +263,14 @@ fn approve_always_lets_the_same_call_run_again_and_unnamed_reads_are_observed() 
             .text("done: {{last_tool_result}}"),
     );
     let child = w
-        .herd(&["task", "SCENARIO=perm_always go", "--permission-timeout", "60s", "--json"])
+        .herd(&[
+            "task",
+            "SCENARIO=perm_always go",
+            "--permission-timeout",
+            "60s",
+            "--wait-for-approval",
+            "--json",
+        ])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -344,6 +373,7 @@ fn revoke_mid_run_makes_the_next_call_ask() {
             "--auto-approve",
             "--permission-timeout",
             "30s",
+            "--wait-for-approval",
             "--json",
         ])
         .stdout(Stdio::piped())

@@ -184,9 +184,8 @@ fn a_conflict_fails_the_later_step_keeps_its_branch_and_prune_only_takes_merged_
     let (code, dry) = w.json(&["worktrees", "prune", "--dry-run", "--json"]);
     assert_eq!(code, 0, "{dry}");
     assert!(Path::new(&a_path).exists());
-    let verdict = |r: &Value, id: &str| {
-        r["worktrees"].as_array().unwrap().iter().find(|x| x["id"] == id).unwrap().clone()
-    };
+    let verdict =
+        |r: &Value, id: &str| r.as_array().unwrap().iter().find(|x| x["id"] == id).unwrap().clone();
     assert_eq!(verdict(&dry, &a_id)["result"], "would remove");
     let (code, pruned) = w.json(&["worktrees", "prune", "--json"]);
     assert_eq!(code, 0, "{pruned}");
@@ -641,7 +640,7 @@ fn ctrl_c_on_an_isolated_plan_keeps_the_unfinished_work_and_prune_will_not_drop_
     let path = Path::new(wts[0]["path"].as_str().unwrap());
     assert_eq!(std::fs::read_to_string(path.join("wip.txt")).unwrap(), "wip\n");
     let (_, pruned) = w.json(&["worktrees", "prune", "--json"]);
-    let r = &pruned["worktrees"][0];
+    let r = &pruned[0];
     assert_eq!(r["result"], "kept", "{pruned}");
     assert!(r["why"].as_str().unwrap().contains("uncommitted changes (wip.txt)"), "{r}");
     assert!(path.join("wip.txt").exists());

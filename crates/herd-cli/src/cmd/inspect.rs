@@ -1,5 +1,6 @@
 //! `herd ps`, `herd show`, `herd logs`: what the service says of runs (from any terminal, while
-//! runs go on). Tables for people, `--json` for scripts; `logs --follow` streams to the close.
+//! runs go on). Tables for people, `--json` for scripts (one array; `logs --follow --json`
+//! streams JSON lines to the close). Plans' own views are in `plans`.
 
 use std::io::Write;
 use std::path::Path;
@@ -8,7 +9,7 @@ use std::time::Duration;
 use herd_engine::service::{RunFilter, Service, StoredEvent};
 
 use crate::cli::{LogsArgs, PsArgs, ShowArgs};
-use crate::fmt;
+use crate::{UsageError, board, fmt};
 
 pub fn ps(state_dir: &Path, a: PsArgs) -> anyhow::Result<u8> {
     let svc = super::open_service(state_dir, "cli")?;
@@ -18,28 +19,54 @@ pub fn ps(state_dir: &Path, a: PsArgs) -> anyhow::Result<u8> {
         writeln!(out, "{}", serde_json::to_string(&rows)?)?;
         return Ok(0);
     }
-    if rows.is_empty() {
+    // Steps that have no run (not started, or never will): of the plans listed.
+    let plans = svc.plans(RunFilter { all: a.all, limit: a.limit })?;
+    let mut unstarted = Vec::new();
+    for p in &plans {
+        if p.pending_steps == 0 && !a.all {
+            continue;
+        }
+        let full = svc.plan(&p.id)?;
+        for s in full.steps.into_iter().flatten().filter(|s| s.subagent_id.is_none()) {
+            unstarted.push((p.id.clone(), s));
+        }
+    }
+    let room = if a.limit == 0 { usize::MAX } else { a.limit.saturating_sub(rows.len()) };
+    unstarted.truncate(room);
+    if rows.is_empty() && unstarted.is_empty() {
         let hint = if a.all { "" } else { " (--all shows finished ones)" };
         writeln!(out, "no subagents{hint}")?;
         return Ok(0);
     }
+    let id_w = board::unique_len(rows.iter().map(|r| r.id.as_str()), board::MIN_ID);
+    let plan_ids = rows.iter().filter_map(|r| r.plan_id.as_deref());
+    let plan_w = board::unique_len(plan_ids.chain(unstarted.iter().map(|(p, _)| p.as_str())), 8);
+    let name_w = rows
+        .iter()
+        .map(|r| r.name.chars().count())
+        .chain(unstarted.iter().map(|(_, s)| s.id.chars().count()))
+        .max()
+        .unwrap_or(4)
+        .clamp(4, 20);
+    let plan_col = plan_w.max(4);
     writeln!(
         out,
-        "{:<12}  {:<17}  {:<7}  {:<19}  {:>8}  {:>5}  {:>7}  {:>8}  PROMPT",
-        "ID", "STATUS", "CLI", "CREATED", "DURATION", "TURNS", "TOKENS", "COST"
+        "{:<id_w$}  {:<22}  {:<name_w$}  {:<plan_col$}  {:<7}  {:>8}  {:>5}  {:>7}  {:>8}  PROMPT",
+        "ID", "STATUS", "NAME/STEP", "PLAN", "CLI", "DURATION", "TURNS", "TOKENS", "COST"
     )?;
-    for r in rows {
+    for r in &rows {
         let status = match (&r.status, &r.failure) {
             (herd_core::Status::Failed, Some(f)) => format!("failed({})", f.code()),
-            (s, _) => s.to_string(),
+            _ => r.state.to_string(),
         };
         writeln!(
             out,
-            "{:<12}  {:<17}  {:<7}  {:<19}  {:>8}  {:>5}  {:>7}  {:>8}  {}",
-            &r.id[..12],
+            "{:<id_w$}  {:<22}  {:<name_w$}  {:<plan_col$}  {:<7}  {:>8}  {:>5}  {:>7}  {:>8}  {}",
+            board::prefix(&r.id, id_w),
             status,
+            fmt::oneline(&r.name, name_w),
+            r.plan_id.as_deref().map_or("-", |p| board::prefix(p, plan_w)),
             r.cli,
-            fmt::time(r.created_at),
             r.duration_ms.map_or_else(|| "-".into(), fmt::duration_ms),
             r.num_turns.map_or_else(|| "-".into(), |n| n.to_string()),
             fmt::count(r.usage.input_tokens + r.usage.output_tokens),
@@ -47,11 +74,40 @@ pub fn ps(state_dir: &Path, a: PsArgs) -> anyhow::Result<u8> {
             fmt::oneline(&r.prompt, 50)
         )?;
     }
+    for (plan, s) in &unstarted {
+        let status = match &s.failure_reason {
+            Some(r) if s.status == "failed" => {
+                format!("failed({})", r.split('(').next().unwrap_or(r))
+            }
+            _ => s.state.clone(),
+        };
+        writeln!(
+            out,
+            "{:<id_w$}  {:<22}  {:<name_w$}  {:<plan_col$}  {:<7}  {:>8}  {:>5}  {:>7}  {:>8}  {}",
+            "-",
+            status,
+            fmt::oneline(&s.id, name_w),
+            board::prefix(plan, plan_w),
+            "-",
+            "-",
+            "-",
+            "-",
+            "-",
+            if s.depends_on.is_empty() {
+                "(not started)".to_owned()
+            } else {
+                format!("(after {})", s.depends_on.join(", "))
+            }
+        )?;
+    }
     Ok(0)
 }
 
 pub fn show(state_dir: &Path, a: ShowArgs) -> anyhow::Result<u8> {
     let svc = super::open_service(state_dir, "cli")?;
+    if super::plans::is_plan_id(&a.id) {
+        return super::plans::show(&svc, &a.id, a.json);
+    }
     let r = svc.run(&a.id)?;
     let mut out = std::io::stdout().lock();
     if a.json {
@@ -67,10 +123,24 @@ pub fn show(state_dir: &Path, a: ShowArgs) -> anyhow::Result<u8> {
             format!("{} ({}{into}, {})", w.path, w.branch, w.status)
         },
     );
+    let plan =
+        r.plan_id.as_ref().map(|p| format!("{p}, step {}", r.step.clone().unwrap_or_default()));
+    let reason = match (&r.failure_reason, r.unanswered_denials) {
+        (None, n) if n > 0 => Some(format!("{n} tool call(s) denied because nobody answered")),
+        (f, _) => f.clone(),
+    };
+    let waiting: Vec<String> = r
+        .pending_permissions
+        .iter()
+        .map(|p| format!("{} — herd approve {}", super::ask::call_text(p), p.id))
+        .collect();
     let lines = [
         ("id", r.id.clone()),
-        ("status", r.status.to_string()),
-        ("reason", opt(r.failure_reason.clone())),
+        ("name", r.name.clone()),
+        ("status", r.state.to_string()),
+        ("reason", opt(reason)),
+        ("plan", opt(plan)),
+        ("waiting for", if waiting.is_empty() { "-".into() } else { waiting.join("; ") }),
         ("cli", r.cli.clone()),
         ("model", opt(r.model.clone())),
         ("cwd", r.cwd.clone()),
@@ -113,24 +183,45 @@ pub fn show(state_dir: &Path, a: ShowArgs) -> anyhow::Result<u8> {
 
 pub fn logs(state_dir: &Path, a: LogsArgs) -> anyhow::Result<u8> {
     let svc = super::open_service(state_dir, "cli")?;
+    if super::plans::is_plan_id(&a.id) {
+        if a.raw {
+            return Err(UsageError(
+                "--raw is a run's stream; a plan has none (give a run id)".into(),
+            )
+            .into());
+        }
+        return super::plans::logs(&svc, &a.id, a.follow, a.json);
+    }
     let run = svc.run(&a.id)?;
     if a.raw {
         return raw(&svc, &run.id, a.follow);
     }
     if !a.follow {
         let mut after = 0;
+        let mut all = Vec::new();
         loop {
             let batch = svc.events(&run.id, after, 1000)?;
             let mut out = std::io::stdout().lock();
             for e in &batch {
-                print_event(&mut out, e, a.json)?;
+                if !a.json {
+                    print_event(&mut out, e, false)?;
+                }
                 after = e.seq;
             }
             out.flush()?;
-            if batch.len() < 1000 {
-                return Ok(0);
+            let full = batch.len() == 1000;
+            if a.json {
+                all.extend(batch);
+            }
+            if !full {
+                break;
             }
         }
+        if a.json {
+            let mut out = std::io::stdout().lock();
+            writeln!(out, "{}", serde_json::to_string(&all)?)?;
+        }
+        return Ok(0);
     }
     // Followed to its close: stored events, then new ones as they are stored.
     let rt = super::runtime()?;
@@ -146,7 +237,7 @@ pub fn logs(state_dir: &Path, a: LogsArgs) -> anyhow::Result<u8> {
     })
 }
 
-fn print_event(out: &mut impl Write, e: &StoredEvent, json: bool) -> anyhow::Result<()> {
+pub(super) fn print_event(out: &mut impl Write, e: &StoredEvent, json: bool) -> anyhow::Result<()> {
     if json {
         writeln!(out, "{}", serde_json::to_string(e)?)?;
     } else {

@@ -44,13 +44,15 @@ fn list_pending(svc: &Service, json_out: bool) -> anyhow::Result<u8> {
         return Ok(0);
     }
     for r in rows {
+        let who = match (&r.plan_id, &r.step) {
+            (Some(plan), Some(step)) => format!("step {step} of {plan} ({})", r.subagent_id),
+            _ => format!("{} ({})", r.run_name, r.subagent_id),
+        };
         writeln!(
             out,
-            "{}  {}  {}: {}  ({}s left)",
+            "{}  {who}\n    wants {}  ({}s left)",
             r.id,
-            &r.subagent_id[..r.subagent_id.len().min(12)],
-            r.tool,
-            fmt::oneline(&r.input_preview, 100),
+            super::ask::call_text(&r),
             r.expires_in_s
         )?;
     }
@@ -72,11 +74,11 @@ pub fn audit(state_dir: &Path, a: AuditArgs) -> anyhow::Result<u8> {
     let since_ms = a.since.as_deref().map(parse_since).transpose()?;
     let rows = svc.audit(&AuditQuery { run: a.subagent, since_ms, limit: a.limit })?;
     let mut out = std::io::stdout().lock();
+    if a.json {
+        writeln!(out, "{}", serde_json::to_string(&rows)?)?;
+        return Ok(0);
+    }
     for r in rows {
-        if a.json {
-            writeln!(out, "{}", serde_json::to_string(&r)?)?;
-            continue;
-        }
         let who = r.subagent_id.as_deref().map_or("-", |s| &s[..s.len().min(12)]);
         let mut line = format!("{}  {:<5} {:<22} {who}", fmt::time(r.ts), r.severity, r.event_type);
         if let Some(t) = &r.tool {

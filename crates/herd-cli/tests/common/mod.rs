@@ -85,13 +85,12 @@ impl World {
         self.json(&["show", id, "--json"]).1["result"].clone()
     }
 
-    /// Every event of a subagent, via `herd logs --json`.
+    /// Every event of a subagent, via `herd logs --json` (one array).
     pub fn events(&self, id: &str) -> Vec<Value> {
         let out = self.run(&["logs", id, "--json"]);
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect()
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!("logs --json is not one array ({e}): {}", String::from_utf8_lossy(&out.stdout))
+        })
     }
 
     pub fn kinds(&self, id: &str) -> Vec<String> {

@@ -377,6 +377,25 @@ impl Gate {
                 expires_at: now_ms() + timeout.as_millis() as i64,
             })
             .await?;
+        if self.perms.non_interactive {
+            // Recorded like a request nobody answered (the run's result counts it), at once.
+            self.writer.close_permission_request(&id, "expired", "non-interactive").await?;
+            let details = Some(json!({"request": id, "non_interactive": true}));
+            self.record(Entry {
+                event_type: "permission_request",
+                severity: "info",
+                decision: Some("ask"),
+                by: why,
+                rate: None,
+                details,
+                req,
+            })
+            .await?;
+            let by = "nobody can answer: herd runs non-interactively (--non-interactive, or \
+                      --json without a terminal; --wait-for-approval waits)"
+                .to_owned();
+            return self.deny(req, "permission_decision", by, None).await;
+        }
         let ev = AgentEvent::PermissionRequested {
             request: id.clone(),
             tool: req.tool.clone(),

@@ -1,0 +1,378 @@
+//! How a plan is drawn for a person: the live block of `herd run` (a line per active step, the
+//! counts), the lines announcing each transition, and the tables of `herd run` and `herd show`
+//! — pure functions of the service's views and a width, so they are tested without a terminal.
+
+use std::collections::HashMap;
+
+use herd_engine::service::{PlanEventView, PlanView, StepView};
+
+use crate::fmt;
+
+/// The spinner's frames.
+const SPINNER: [char; 10] = ['⠋', '⠙', '⠹', '⠸', '⠼', '⠴', '⠦', '⠧', '⠇', '⠏'];
+/// Active steps drawn one per line; more are summed up in one line.
+const MAX_LINES: usize = 12;
+/// Run ids are shown at least this long (longer where that is what keeps them unique).
+pub const MIN_ID: usize = 12;
+
+/// The shortest prefix length, at least `min`, at which all of `ids` differ.
+pub fn unique_len<'a>(ids: impl IntoIterator<Item = &'a str>, min: usize) -> usize {
+    let mut ids: Vec<&str> = ids.into_iter().collect();
+    ids.sort_unstable();
+    ids.dedup();
+    let longest = ids.iter().map(|s| s.chars().count()).max().unwrap_or(min);
+    let mut len = min.min(longest);
+    for pair in ids.windows(2) {
+        let common = pair[0].chars().zip(pair[1].chars()).take_while(|(a, b)| a == b).count();
+        len = len.max(common + 1);
+    }
+    len.min(longest)
+}
+
+/// `s` cut to `n` characters.
+pub fn prefix(s: &str, n: usize) -> &str {
+    s.char_indices().nth(n).map_or(s, |(i, _)| &s[..i])
+}
+
+/// `s` on one line, at most `max` characters (`…` when cut).
+fn cut(s: &str, max: usize) -> String {
+    if max == 0 {
+        return String::new();
+    }
+    let one = s.lines().next().unwrap_or("");
+    let more = s.lines().nth(1).is_some();
+    if one.chars().count() <= max && !more {
+        return one.to_owned();
+    }
+    let mut out: String = one.chars().take(max.saturating_sub(1)).collect();
+    out.push('…');
+    out
+}
+
+/// How a step's state reads on a line.
+pub fn state_text(state: &str) -> &str {
+    match state {
+        "waiting" => "waiting for approval",
+        "completed_with_denials" => "completed (denials)",
+        other => other,
+    }
+}
+
+/// A step's state in a table's STATUS column (the reason says why a completed step had calls
+/// denied).
+fn table_state(state: &str) -> &str {
+    match state {
+        "completed_with_denials" => "completed",
+        other => other,
+    }
+}
+
+/// What the live block shows of a plan, as last read.
+#[derive(Debug, Clone)]
+pub struct Live<'a> {
+    pub plan: &'a PlanView,
+    /// The tool each running step's agent called last, by step id.
+    pub tools: &'a HashMap<String, String>,
+    /// 0, or 1 / 2 once Ctrl-C asked for a graceful stop / a kill.
+    pub stopping: u8,
+    /// Which spinner frame.
+    pub tick: usize,
+}
+
+/// The live block: a line per active step, then the counts (each line at most `width`).
+pub fn live(l: &Live<'_>, width: usize) -> Vec<String> {
+    let steps = l.plan.steps.as_deref().unwrap_or_default();
+    let active: Vec<&StepView> =
+        steps.iter().filter(|s| !s.is_terminal() && s.state != "pending").collect();
+    let name_w = active.iter().map(|s| s.id.chars().count()).max().unwrap_or(4).clamp(4, 16);
+    let spin = SPINNER[l.tick % SPINNER.len()];
+    let mut out = Vec::new();
+    for s in active.iter().take(MAX_LINES) {
+        let mark = if s.state == "waiting" { '?' } else { spin };
+        let mut parts: Vec<String> = Vec::new();
+        if let Some(t) = l.tools.get(&s.id) {
+            parts.push(t.clone());
+        }
+        if let Some(n) = s.num_turns.filter(|n| *n > 0) {
+            parts.push(format!("turn {n}"));
+        }
+        let tokens = s.usage.input_tokens + s.usage.output_tokens;
+        if tokens > 0 {
+            parts.push(format!("{} tok", fmt::count(tokens)));
+        }
+        if s.cost_usd.is_some() {
+            parts.push(fmt::cost(s.cost_usd));
+        }
+        if let Some(d) = s.duration_ms {
+            parts.push(fmt::duration_ms(d));
+        }
+        let head =
+            format!("  {mark} {:<name_w$}  {:<20}", cut(&s.id, name_w), state_text(&s.state));
+        let room = width.saturating_sub(head.chars().count() + 2);
+        let line = format!("{head}  {}", cut(&parts.join(" · "), room));
+        out.push(cut(line.trim_end(), width));
+    }
+    if active.len() > MAX_LINES {
+        out.push(cut(&format!("    … and {} more", active.len() - MAX_LINES), width));
+    }
+    out.push(cut(&counts(l.plan), width));
+    match l.stopping {
+        0 => {}
+        1 => out.push(cut("  stopping… (Ctrl-C again to kill)", width)),
+        _ => out.push(cut("  killing…", width)),
+    }
+    out
+}
+
+/// `  2/6 completed · 1 failed · 2 running · 1 waiting · 1 pending · $0.0123 · 12.0s`
+fn counts(p: &PlanView) -> String {
+    let steps = p.steps.as_deref().unwrap_or_default();
+    let n = |state: &str| steps.iter().filter(|s| s.state == state).count();
+    let mut parts = vec![format!("{}/{} completed", p.completed_steps, p.total_steps)];
+    for (k, v) in [
+        ("failed", p.failed_steps as usize),
+        ("cancelled", p.cancelled_steps as usize),
+        ("running", n("running") + n("starting") + n("merging")),
+        ("waiting", n("waiting")),
+        ("queued", n("queued")),
+        ("pending", n("pending")),
+    ] {
+        if v > 0 {
+            parts.push(format!("{v} {k}"));
+        }
+    }
+    parts.push(fmt::cost(Some(p.cost_usd)));
+    parts.push(fmt::duration_ms(p.duration_ms));
+    format!("  {}", parts.join(" · "))
+}
+
+/// The line announcing one of a plan's events (`None` for those that need none).
+pub fn announce(e: &PlanEventView) -> Option<String> {
+    let step = e.step.as_deref().unwrap_or("?");
+    let run = e.subagent_id.as_deref().unwrap_or("-");
+    let why = e.reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default();
+    Some(match e.kind.as_str() {
+        "step_started" => format!("herd: {step} started as {run}"),
+        "subagent_attempt" => {
+            format!("herd: {step} started again as {run} (attempt {})", e.attempt.unwrap_or(0))
+        }
+        "step_completed" => format!("herd: {step} completed"),
+        "step_failed" => format!("herd: {step} failed{why}"),
+        "step_cancelled" => format!("herd: {step} cancelled{why}"),
+        "step_blocked" => format!("herd: {step} waits for a lock"),
+        "plan_cancel_requested" => "herd: the plan was asked to stop (herd cancel)".to_owned(),
+        _ => return None,
+    })
+}
+
+/// Why a step ended as it did: its failure, or the calls nobody answered.
+fn reason(s: &StepView) -> String {
+    match (&s.failure_reason, s.unanswered_denials) {
+        (Some(r), _) => r.clone(),
+        (None, 0) => String::new(),
+        (None, n) => format!("{n} call(s) denied: nobody answered"),
+    }
+}
+
+/// The table of a plan's steps: step, status, run, duration, tokens, cost and reason, within
+/// `width` (reasons are cut; `herd show PLAN` has them whole). `full_ids` shows whole run ids.
+pub fn table(p: &PlanView, width: usize, full_ids: bool) -> String {
+    let steps = p.steps.as_deref().unwrap_or_default();
+    let narrow = width < 100;
+    let name_max = if narrow { 14 } else { 24 };
+    let name_w = steps.iter().map(|s| s.id.chars().count()).max().unwrap_or(4).clamp(4, name_max);
+    let ids = steps.iter().filter_map(|s| s.subagent_id.as_deref());
+    let id_w = match (full_ids, narrow) {
+        (true, _) => 26,
+        (false, true) => unique_len(ids, MIN_ID).min(14),
+        (false, false) => unique_len(ids, MIN_ID),
+    }
+    .max(3);
+    let status_w =
+        steps.iter().map(|s| table_state(&s.state).chars().count()).max().unwrap_or(6).max(6);
+    let head = format!(
+        "{:<name_w$}  {:<status_w$}  {:<id_w$}  {:>6}  {:>6}  {:>7}  ",
+        "STEP", "STATUS", "RUN", "TIME", "TOKENS", "COST"
+    );
+    let room = width.saturating_sub(head.chars().count()).max(10);
+    let mut out = format!("{head}REASON\n");
+    let mut cut_any = false;
+    for s in steps {
+        let why = reason(s);
+        cut_any |= why.chars().count() > room;
+        let line = format!(
+            "{:<name_w$}  {:<status_w$}  {:<id_w$}  {:>6}  {:>6}  {:>7}  {}",
+            cut(&s.id, name_w),
+            table_state(&s.state),
+            s.subagent_id.as_deref().map_or("-", |i| prefix(i, id_w)),
+            s.duration_ms.map_or_else(|| "-".into(), fmt::duration_ms),
+            fmt::count(s.usage.input_tokens + s.usage.output_tokens),
+            fmt::cost(s.cost_usd),
+            cut(&why, room)
+        );
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    if cut_any {
+        out.push_str(&format!("(reasons cut to fit: herd show {} has them whole)\n", p.id));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unique_prefixes() {
+        let ids = ["01kab00000aaaa", "01kab00000aaab", "01kzz"];
+        assert_eq!(unique_len(ids, 8), 14);
+        assert_eq!(unique_len(["01kab00001", "01kab00002"], 4), 10);
+        assert_eq!(unique_len(["abcdefghij", "bbcdefghij"], 8), 8);
+        assert_eq!(unique_len(Vec::<&str>::new(), 8), 8);
+        assert_eq!(prefix("héllo", 2), "hé");
+        assert_eq!(cut("a long line", 6), "a lon…");
+        assert_eq!(cut("two\nlines", 20), "two…");
+    }
+
+    fn step(id: &str, status: &str, state: &str, run: Option<&str>) -> StepView {
+        StepView {
+            id: id.into(),
+            name: id.into(),
+            status: status.into(),
+            state: state.into(),
+            failure_reason: None,
+            subagent_id: run.map(Into::into),
+            attempts: u32::from(run.is_some()),
+            depends_on: Vec::new(),
+            model: None,
+            num_turns: None,
+            usage: Default::default(),
+            cost_usd: None,
+            unanswered_denials: 0,
+            result: None,
+            started_at: None,
+            completed_at: None,
+            duration_ms: None,
+            outputs: Vec::new(),
+        }
+    }
+
+    /// A plan in the middle of its run: every state a step can show.
+    fn plan_view() -> PlanView {
+        let mut steps = vec![
+            step("scan", "completed", "completed", Some("01kaq3v8d0m2x5c7e9g1j3l5n7")),
+            step("lint", "running", "waiting", Some("01kaq3v8d0m3a9q2w4e6r8t0y2")),
+            step(
+                "build-the-release-artifacts",
+                "running",
+                "running",
+                Some("01kaq3v8e4r6t8v0x2z4b6d8f0"),
+            ),
+            step("review", "running", "starting", Some("01kaq3v8e5h7k9m1p3r5t7v9x1")),
+            step("fix", "failed", "failed", Some("01kaq3v9a1b3c5d7e9f1h3j5k7")),
+            step("docs", "running", "queued", Some("01kaq3v9a2z8x6v4t2r0p8n6m4")),
+            step("report", "pending", "pending", None),
+            step("after-fix", "failed", "failed", None),
+            step(
+                "notes",
+                "completed",
+                "completed_with_denials",
+                Some("01kaq3vb7c5e3g1j9l7n5q3s1u"),
+            ),
+        ];
+        steps[0].duration_ms = Some(4200);
+        steps[0].num_turns = Some(2);
+        steps[0].usage.input_tokens = 1200;
+        steps[0].usage.output_tokens = 345;
+        steps[0].cost_usd = Some(0.0123);
+        steps[1].duration_ms = Some(2100);
+        steps[1].num_turns = Some(1);
+        steps[2].duration_ms = Some(61_000);
+        steps[2].num_turns = Some(14);
+        steps[2].usage.input_tokens = 123_456;
+        steps[2].cost_usd = Some(1.5);
+        steps[4].failure_reason = Some(
+            "api_error(500): mock: forced 500 — the model API answered with an internal error \
+             after 3 retries, giving up"
+                .into(),
+        );
+        steps[4].duration_ms = Some(900);
+        steps[7].failure_reason = Some("dependency_failed(fix)".into());
+        steps[8].unanswered_denials = 2;
+        steps[8].duration_ms = Some(3000);
+        PlanView {
+            id: "pln_01kaq3v8c2000000000000000".into(),
+            name: "release".into(),
+            strategy: "dag".into(),
+            status: "running".into(),
+            state: "running".into(),
+            source_file: Some("release.yml".into()),
+            total_steps: 9,
+            completed_steps: 2,
+            failed_steps: 2,
+            cancelled_steps: 0,
+            running_steps: 4,
+            pending_steps: 1,
+            cost_usd: 1.5123,
+            usage: Default::default(),
+            created_at: 0,
+            completed_at: None,
+            duration_ms: 65_000,
+            integration_branch: None,
+            steps: Some(steps),
+            worktrees: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn the_live_block_and_the_table_at_80_and_170_columns() {
+        let p = plan_view();
+        let tools = HashMap::from([
+            ("build-the-release-artifacts".to_owned(), "Bash".to_owned()),
+            ("lint".to_owned(), "Edit".to_owned()),
+        ]);
+        for width in [80, 170] {
+            let block = live(&Live { plan: &p, tools: &tools, stopping: 1, tick: 3 }, width);
+            assert!(block.iter().all(|l| l.chars().count() <= width), "{block:#?}");
+            let table = table(&p, width, false);
+            assert!(table.lines().all(|l| l.chars().count() <= width), "{table}");
+            insta::assert_snapshot!(format!("live_{width}"), block.join("\n"));
+            insta::assert_snapshot!(format!("table_{width}"), table);
+        }
+    }
+
+    #[test]
+    fn each_transition_is_announced_with_its_run() {
+        let ev = |kind: &str, step: Option<&str>, run: Option<&str>, reason: Option<&str>| {
+            PlanEventView {
+                plan_id: "pln_x".into(),
+                seq: 1,
+                ts: 0,
+                kind: kind.into(),
+                step: step.map(Into::into),
+                subagent_id: run.map(Into::into),
+                status: None,
+                reason: reason.map(Into::into),
+                attempt: Some(2),
+            }
+        };
+        let lines: Vec<Option<String>> = vec![
+            announce(&ev("plan_created", None, None, None)),
+            announce(&ev("step_started", Some("a"), Some("01kaaa"), None)),
+            announce(&ev("subagent_attempt", Some("a"), Some("01kbbb"), None)),
+            announce(&ev("step_failed", Some("b"), None, Some("dependency_failed(a)"))),
+            announce(&ev("step_completed", Some("a"), Some("01kbbb"), None)),
+        ];
+        assert_eq!(
+            lines,
+            [
+                None,
+                Some("herd: a started as 01kaaa".into()),
+                Some("herd: a started again as 01kbbb (attempt 2)".into()),
+                Some("herd: b failed: dependency_failed(a)".into()),
+                Some("herd: a completed".into()),
+            ]
+        );
+    }
+}

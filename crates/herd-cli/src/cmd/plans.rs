@@ -1,0 +1,237 @@
+//! `herd plans`, and `herd show` / `herd logs` of a plan (`pln_…`): plans listed, one plan with
+//! every step (its run, duration, cost, reason) and its merges, and its events with its steps'.
+
+use std::io::Write;
+use std::path::Path;
+use std::time::Duration;
+
+use herd_engine::service::{PlanEventView, RunFilter, Service, StoredEvent};
+use serde::Serialize;
+
+use crate::cli::PlansArgs;
+use crate::{board, fmt};
+
+/// An id that names a plan rather than a run.
+pub fn is_plan_id(id: &str) -> bool {
+    id.trim().to_ascii_lowercase().starts_with("pln_")
+}
+
+pub fn list(state_dir: &Path, a: PlansArgs) -> anyhow::Result<u8> {
+    let svc = super::open_service(state_dir, "cli")?;
+    let plans = svc.plans(RunFilter { all: a.all, limit: a.limit })?;
+    let mut out = std::io::stdout().lock();
+    if a.json {
+        writeln!(out, "{}", serde_json::to_string(&plans)?)?;
+        return Ok(0);
+    }
+    if plans.is_empty() {
+        let hint = if a.all { "" } else { " running (--all shows finished ones)" };
+        writeln!(out, "no plans{hint}")?;
+        return Ok(0);
+    }
+    let id_w = board::unique_len(plans.iter().map(|p| p.id.as_str()), 12);
+    let name_w = plans.iter().map(|p| p.name.chars().count()).max().unwrap_or(4).clamp(4, 24);
+    writeln!(
+        out,
+        "{:<id_w$}  {:<name_w$}  {:<10}  {:>5}  {:>6}  {:>5}  {:>8}  {:>7}  {:>8}  CREATED",
+        "ID", "NAME", "STATE", "DONE", "FAILED", "STEPS", "DURATION", "TOKENS", "COST"
+    )?;
+    for p in &plans {
+        writeln!(
+            out,
+            "{:<id_w$}  {:<name_w$}  {:<10}  {:>5}  {:>6}  {:>5}  {:>8}  {:>7}  {:>8}  {}",
+            board::prefix(&p.id, id_w),
+            fmt::oneline(&p.name, name_w),
+            p.state,
+            p.completed_steps,
+            p.failed_steps,
+            p.total_steps,
+            fmt::duration_ms(p.duration_ms),
+            fmt::count(p.usage.input_tokens + p.usage.output_tokens),
+            fmt::cost(Some(p.cost_usd)),
+            fmt::time(p.created_at)
+        )?;
+    }
+    Ok(0)
+}
+
+/// One plan: what it is, every step with its whole run id, the merges of its isolated steps.
+pub fn show(svc: &Service, id: &str, json: bool) -> anyhow::Result<u8> {
+    let p = svc.plan(id)?;
+    let mut out = std::io::stdout().lock();
+    if json {
+        writeln!(out, "{}", serde_json::to_string(&p)?)?;
+        return Ok(0);
+    }
+    let opt = |v: Option<String>| v.unwrap_or_else(|| "-".into());
+    let lines = [
+        ("plan", p.id.clone()),
+        ("name", p.name.clone()),
+        ("status", p.state.clone()),
+        ("file", opt(p.source_file.clone())),
+        ("created", fmt::time(p.created_at)),
+        ("duration", fmt::duration_ms(p.duration_ms)),
+        (
+            "steps",
+            format!(
+                "{} completed, {} failed, {} cancelled, {} running, {} pending of {}",
+                p.completed_steps,
+                p.failed_steps,
+                p.cancelled_steps,
+                p.running_steps,
+                p.pending_steps,
+                p.total_steps
+            ),
+        ),
+        ("tokens", format!("{} in, {} out", p.usage.input_tokens, p.usage.output_tokens)),
+        ("cost", fmt::cost(Some(p.cost_usd))),
+        ("merged into", opt(p.integration_branch.clone())),
+    ];
+    for (k, v) in lines {
+        writeln!(out, "{k:>11}: {v}")?;
+    }
+    writeln!(out)?;
+    // Reasons whole: this is where a cut one is read.
+    write!(out, "{}", board::table(&p, usize::MAX / 2, true))?;
+    let merges: Vec<_> = p.worktrees.iter().filter(|w| w.kind == "step").collect();
+    if !merges.is_empty() {
+        writeln!(out, "\nmerges:")?;
+        for w in merges {
+            let into = w.integration_branch.as_deref().unwrap_or("-");
+            let commit = w.merge_commit.as_deref().map(|c| format!(" ({c})")).unwrap_or_default();
+            writeln!(out, "  {:<16} {} → {into}: {}{commit}", w.step, w.branch, w.status)?;
+        }
+    }
+    Ok(0)
+}
+
+/// One entry of a plan's log: the plan's own event, or one of a step's run's.
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+enum Entry {
+    Plan(PlanEventView),
+    Step(StepEvent),
+}
+
+/// A step's run's event, with the step it belongs to.
+#[derive(Debug, Serialize)]
+struct StepEvent {
+    step: String,
+    #[serde(flatten)]
+    event: StoredEvent,
+}
+
+impl Entry {
+    fn ts(&self) -> i64 {
+        match self {
+            Entry::Plan(e) => e.ts,
+            Entry::Step(e) => e.event.ts,
+        }
+    }
+}
+
+/// The plan's events and each of its runs' (every attempt's), in the order they were stored.
+fn entries(svc: &Service, id: &str) -> anyhow::Result<Vec<Entry>> {
+    let plan_events = svc.plan_events(id, 0, usize::MAX)?;
+    let mut runs: Vec<(String, String)> = plan_events
+        .iter()
+        .filter_map(|e| Some((e.step.clone()?, e.subagent_id.clone()?)))
+        .collect();
+    runs.dedup();
+    let mut all: Vec<Entry> = plan_events.into_iter().map(Entry::Plan).collect();
+    for (step, run) in runs {
+        let mut after = 0;
+        loop {
+            let batch = svc.events(&run, after, 1000)?;
+            let n = batch.len();
+            for e in batch {
+                after = e.seq;
+                all.push(Entry::Step(StepEvent { step: step.clone(), event: e }));
+            }
+            if n < 1000 {
+                break;
+            }
+        }
+    }
+    // Stable: each source keeps its own order within a millisecond.
+    all.sort_by_key(Entry::ts);
+    Ok(all)
+}
+
+fn print(out: &mut impl Write, e: &Entry, json: bool) -> anyhow::Result<()> {
+    if json {
+        writeln!(out, "{}", serde_json::to_string(e)?)?;
+        return Ok(());
+    }
+    match e {
+        Entry::Plan(p) => {
+            let line = board::announce(p).unwrap_or_else(|| format!("herd: {}", p.kind));
+            writeln!(
+                out,
+                "{} plan  {}",
+                &fmt::time(p.ts)[11..],
+                line.trim_start_matches("herd: ")
+            )?;
+        }
+        Entry::Step(s) => {
+            let indent = if s.event.parent_tool_use_id.is_some() { "    " } else { "" };
+            writeln!(
+                out,
+                "{} {:<5} {indent}{:<16} {}",
+                &fmt::time(s.event.ts)[11..],
+                fmt::oneline(&s.step, 16),
+                s.event.event.kind(),
+                fmt::event_summary(&s.event.event)
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// `herd logs PLAN`: everything so far, or followed until the plan ends (JSON lines then).
+pub fn logs(svc: &Service, id: &str, follow: bool, json: bool) -> anyhow::Result<u8> {
+    let id = svc.plan(id)?.id;
+    if !follow {
+        let all = entries(svc, &id)?;
+        let mut out = std::io::stdout().lock();
+        if json {
+            writeln!(out, "{}", serde_json::to_string(&all)?)?;
+        } else {
+            for e in &all {
+                print(&mut out, e, false)?;
+            }
+        }
+        return Ok(0);
+    }
+    // Followed: what is new in each read, until the plan has ended and all is printed.
+    let mut seen_plan = 0i64;
+    // Each run seen so far: its step, and its last event printed.
+    let mut runs: std::collections::BTreeMap<String, (String, i64)> = Default::default();
+    loop {
+        let ended = svc.status(&id)?.is_terminal();
+        let plan_events = svc.plan_events(&id, seen_plan, usize::MAX)?;
+        for e in &plan_events {
+            seen_plan = e.seq;
+            if let (Some(step), Some(run)) = (&e.step, &e.subagent_id) {
+                runs.entry(run.clone()).or_insert_with(|| (step.clone(), 0));
+            }
+        }
+        let mut fresh: Vec<Entry> = plan_events.into_iter().map(Entry::Plan).collect();
+        for (run, (step, after)) in runs.iter_mut() {
+            for e in svc.events(run, *after, 1000)? {
+                *after = e.seq;
+                fresh.push(Entry::Step(StepEvent { step: step.clone(), event: e }));
+            }
+        }
+        fresh.sort_by_key(Entry::ts);
+        let mut out = std::io::stdout().lock();
+        for e in &fresh {
+            print(&mut out, e, json)?;
+        }
+        out.flush()?;
+        if ended && fresh.is_empty() {
+            return Ok(0);
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
