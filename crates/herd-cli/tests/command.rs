@@ -389,3 +389,50 @@ fn forced_cancel_records_cancelled() {
     assert_eq!(row["status"], "cancelled");
     assert!(!procs_with_cmdline("sleep 78.91").iter().any(|(_, c)| c.starts_with("sleep 78.91")));
 }
+
+#[test]
+fn herds_state_stays_out_of_git_status_and_project_files_stay_in() {
+    let w = World::new();
+    common::git(&w.work, &["init", "-q"]);
+    // The state dir in the project, where herd creates it.
+    let out = w
+        .herd(&["task", "x", "--cli", "command", "--", "true"])
+        .env_remove("HERD_STATE_DIR")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(w.work.join(".herd/herd.db").exists());
+    let status = common::git(&w.work, &["status", "--porcelain", "--untracked-files=all"]);
+    assert_eq!(status, "", "herd's state shows in git status");
+    // What a person keeps there still shows.
+    std::fs::write(w.work.join(".herd/config.yml"), "max_turns: 3\n").unwrap();
+    std::fs::create_dir_all(w.work.join(".herd/agents")).unwrap();
+    std::fs::write(w.work.join(".herd/agents/a.yml"), "name: a\n").unwrap();
+    let status = common::git(&w.work, &["status", "--porcelain", "--untracked-files=all"]);
+    assert_eq!(status, "?? .herd/agents/a.yml\n?? .herd/config.yml\n");
+    // A state dir that existed before is left as it is.
+    let mine = w.work.join("mine");
+    std::fs::create_dir_all(&mine).unwrap();
+    let out = w
+        .herd(&["task", "x", "--cli", "command", "--", "true"])
+        .env("HERD_STATE_DIR", &mine)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(!mine.join(".gitignore").exists());
+}
+
+#[test]
+fn shell_completions_are_printed() {
+    let w = World::new();
+    for (shell, marker) in
+        [("bash", "_herd()"), ("zsh", "#compdef herd"), ("fish", "complete -c herd")]
+    {
+        let out = w.run(&["completions", shell]);
+        assert!(out.status.success(), "{shell}: {}", stderr(&out));
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains(marker) && text.contains("plans"), "{shell}: {text}");
+    }
+    let out = w.run(&["completions", "tcsh"]);
+    assert_eq!(out.status.code(), Some(2));
+}
