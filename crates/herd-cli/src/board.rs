@@ -35,7 +35,7 @@ pub fn prefix(s: &str, n: usize) -> &str {
 }
 
 /// `s` on one line, at most `max` characters (`…` when cut).
-fn cut(s: &str, max: usize) -> String {
+pub(crate) fn cut(s: &str, max: usize) -> String {
     if max == 0 {
         return String::new();
     }
@@ -163,6 +163,45 @@ pub fn announce(e: &PlanEventView) -> Option<String> {
         "plan_cancel_requested" => "herd: the plan was asked to stop (herd cancel)".to_owned(),
         _ => return None,
     })
+}
+
+/// A call waiting for the person at this terminal, as the prompt asks about it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Question {
+    /// The plan's step that asks, if a step does.
+    pub step: Option<String>,
+    /// The run that asks.
+    pub run: String,
+    /// `Bash(rm -rf build)`.
+    pub call: String,
+    /// The request's id (`herd approve ID` answers it from elsewhere).
+    pub id: String,
+    pub expires_in_s: u64,
+    /// The last answer was not y, n or a.
+    pub again: bool,
+}
+
+impl Question {
+    /// The prompt: who wants what, then the choices; each line at most `width - 1` characters
+    /// (a line that wrapped would throw a redrawn display's count of lines), the run's id
+    /// left out before the call is cut. The cursor stays after the last line.
+    pub fn lines(&self, width: usize) -> Vec<String> {
+        let max = width.saturating_sub(1);
+        let wants = |who: &str| format!("herd: {who} wants to use {}", self.call);
+        let first = match &self.step {
+            Some(step) => {
+                let long = wants(&format!("step {step} ({})", self.run));
+                if long.chars().count() <= max { long } else { wants(&format!("step {step}")) }
+            }
+            None => wants("the agent"),
+        };
+        let ask = if self.again {
+            format!("  y, n or a? ({}) ", self.id)
+        } else {
+            format!("  allow? [y]es / [n]o / [a]lways ({}, {}s) ", self.id, self.expires_in_s)
+        };
+        vec![cut(&first, max), cut(&ask, max)]
+    }
 }
 
 /// Why a step ended as it did: its failure, or the calls nobody answered.
@@ -340,6 +379,25 @@ mod tests {
             insta::assert_snapshot!(format!("live_{width}"), block.join("\n"));
             insta::assert_snapshot!(format!("table_{width}"), table);
         }
+    }
+
+    #[test]
+    fn the_question_fits_the_terminal() {
+        let mut q = Question {
+            step: Some("build-the-release-artifacts".into()),
+            run: "01kaq3v8e4r6t8v0x2z4b6d8f0".into(),
+            call: "Bash(cargo build --release --workspace && strip target/release/herd)".into(),
+            id: "perm_01kaq3v8e4r6t8v0x2z4b6d8f1".into(),
+            expires_in_s: 120,
+            again: false,
+        };
+        for width in [80, 170] {
+            let lines = q.lines(width);
+            assert!(lines.iter().all(|l| l.chars().count() < width), "{lines:#?}");
+            insta::assert_snapshot!(format!("question_{width}"), lines.join("\n"));
+        }
+        q.again = true;
+        assert_eq!(q.lines(80)[1], "  y, n or a? (perm_01kaq3v8e4r6t8v0x2z4b6d8f1) ");
     }
 
     #[test]

@@ -275,6 +275,15 @@ impl Store {
         Ok(rows)
     }
 
+    /// Every permission request of run `subagent`, oldest first.
+    pub fn requests_of(&self, subagent: &str) -> Result<Vec<PermissionRequestRow>> {
+        let mut stmt = self
+            .conn
+            .prepare(&format!("{SELECT_REQUEST} WHERE r.subagent_id = ?1 ORDER BY r.created_at"))?;
+        let rows = stmt.query_map([subagent], request_row)?.collect::<rusqlite::Result<_>>()?;
+        Ok(rows)
+    }
+
     /// One request by exact id.
     pub fn permission_request(&self, id: &str) -> Result<Option<PermissionRequestRow>> {
         Ok(self

@@ -16,7 +16,7 @@ use herd_engine::service::{
 use serde_json::json;
 use tokio::sync::watch;
 
-use super::ask::Scope;
+use super::ask::{Prompt, Scope};
 use super::signals::Stopping;
 use crate::cli::RunArgs;
 use crate::{board, exit, fmt};
@@ -98,15 +98,18 @@ async fn run_async(
         live.then(|| stopping.clone()),
     ));
     let paused = Arc::new(AtomicBool::new(false));
-    // A person at this terminal answers the steps' calls, one at a time.
+    let prompt = Arc::new(Prompt::default());
+    // A person at this terminal answers the steps' calls, one at a time, at a prompt the
+    // display shows under the steps.
     let asker = (live && interactive && std::io::stdin().is_terminal()).then(|| {
-        super::ask::spawn(svc, Scope::Plan(started.id.clone()), caller.clone(), paused.clone())
+        let scope = Scope::Plan(started.id.clone());
+        super::ask::spawn(svc, scope, caller.clone(), paused.clone(), Some(prompt.clone()))
     });
     let (done_tx, done) = watch::channel(false);
     let display = tokio::spawn(show(
         svc.clone(),
         started.id.clone(),
-        Display { live, announce_waits: asker.is_none(), paused, stopping },
+        Display { live, announce_waits: asker.is_none(), paused, stopping, prompt },
         done,
     ));
     let report = svc.plan_report(&started.id).await;
@@ -140,6 +143,8 @@ struct Display {
     /// A prompt is on the screen: leave it alone.
     paused: Arc<AtomicBool>,
     stopping: Stopping,
+    /// The question to the person, drawn under the steps.
+    prompt: Arc<Prompt>,
 }
 
 /// How often the record is read for what the plan did.
@@ -182,8 +187,14 @@ async fn show(svc: Service, id: String, d: Display, mut done: watch::Receiver<bo
                 }
             }
         }
-        if d.live && drawn > 0 {
-            let _ = write!(err, "\x1b[{drawn}A\x1b[J");
+        if d.live {
+            // Back to the block's first line: the lines it took, and each line the person
+            // typed at the prompt (the terminal echoed them).
+            let up = drawn + d.prompt.typed.swap(0, Ordering::SeqCst);
+            if up > 0 {
+                let _ = write!(err, "\r\x1b[{up}A");
+            }
+            let _ = write!(err, "\r\x1b[J");
             drawn = 0;
         }
         for l in &lines {
@@ -203,6 +214,12 @@ async fn show(svc: Service, id: String, d: Display, mut done: watch::Receiver<bo
                 let _ = writeln!(err, "{l}");
             }
             drawn = block.len();
+            if let Some(q) = d.prompt.question() {
+                let ask = q.lines(terminal_width());
+                // The cursor stays on the last line, after the question.
+                drawn += ask.len() - 1;
+                let _ = write!(err, "{}", ask.join("\n"));
+            }
         }
         let _ = err.flush();
         if finished {

@@ -59,16 +59,20 @@ async fn foreground(
     let scope = Scope::Run(id.to_string());
     // A person at this terminal answers the run's permission requests; without one, each
     // call that waits is said on stderr (`herd approve` answers it from anywhere).
-    let asker = if live && interactive && std::io::stdin().is_terminal() {
-        super::ask::spawn(svc, scope, caller.clone(), paused.clone())
+    let (asker, notifier) = if live && interactive && std::io::stdin().is_terminal() {
+        (super::ask::spawn(svc, scope, caller.clone(), paused.clone(), None), None)
     } else {
-        super::ask::notify(svc, scope)
+        let (n, handle) = super::ask::notify(svc, scope);
+        (handle, Some(n))
     };
     let display = live
         .then(|| tokio::spawn(show_progress(id.clone(), spawned.cli, spawned.progress, paused)));
     svc.wait(&[id.to_string()], WaitMode::All, Duration::MAX / 4).await?;
     signals.abort();
     asker.abort();
+    if let Some(n) = notifier {
+        n.poll(svc);
+    }
     if let Some(d) = display {
         d.abort();
         let _ = d.await;

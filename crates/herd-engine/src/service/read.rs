@@ -285,6 +285,14 @@ impl Service {
             .collect())
     }
 
+    /// Every tool call of run `run` (id or unique prefix) that went to a person, whatever
+    /// became of it, oldest first.
+    pub fn requests(&self, run: &str) -> Result<Vec<PermissionRequestView>, ApiError> {
+        let store = self.engine.store();
+        let id = store.resolve(run.trim())?;
+        Ok(store.requests_of(id.as_str())?.into_iter().map(Into::into).collect())
+    }
+
     /// Stop a run or a plan: the stop ladder (or a kill with `Force`); a queued run ends
     /// `cancelled` without starting. A run of another herd process is asked through the store
     /// and, if its owner does not act within the ladder's time, its process group is signalled

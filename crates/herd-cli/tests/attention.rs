@@ -1,0 +1,380 @@
+//! Issue 19's acceptance: a person is always told when an agent waits for them, and can find,
+//! follow and answer plans from a terminal — a pseudo-terminal here, with the real claude
+//! against the testkit mock; a script without a terminal is never left hanging or told
+//! "success" when calls were denied for want of an answer.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::fd::OwnedFd;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{World, wait_until};
+use herd_testkit::{MockServer, Script};
+use serde_json::{Value, json};
+
+macro_rules! world_or_skip {
+    () => {{
+        let w = World::new();
+        if w.claude.is_none() {
+            return;
+        }
+        w
+    }};
+}
+
+fn bash(cmd: &str) -> Value {
+    json!({"command": cmd, "description": "test step"})
+}
+
+/// Every stderr log of the world's runs: herd's own settings must make claude warn of nothing.
+fn assert_no_unknown_tool_warnings(w: &World) {
+    let dir = w.state.join("transcripts");
+    for e in std::fs::read_dir(&dir).unwrap().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.ends_with(".stderr.log") {
+            let text = std::fs::read_to_string(e.path()).unwrap();
+            assert!(!text.contains("matches no known tool"), "{name}: {text}");
+        }
+    }
+}
+
+#[test]
+fn a_script_is_told_at_once_and_never_told_success_when_calls_were_denied() {
+    let w = world_or_skip!();
+    let never = w.work.join("never.txt");
+    MockServer::shared().script(
+        "att_script",
+        Script::new()
+            .tool_use("Bash", bash(&format!("touch {}", never.display())))
+            .text("done: {{last_tool_result}}"),
+    );
+    // --json without a terminal (stdin is /dev/null): nobody can answer, so the call is denied
+    // at once, said on stderr, and the run is not a plain success.
+    let start = Instant::now();
+    let out = w.run(&["task", "SCENARIO=att_script go", "--json"]);
+    let took = start.elapsed();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "{v}\n{err}");
+    assert_eq!(
+        (&v["status"], &v["state"]),
+        (&json!("completed"), &json!("completed_with_denials"))
+    );
+    assert_eq!(v["unanswered_denials"], 1, "{v}");
+    assert!(v["result"].as_str().unwrap().contains("nobody can answer"), "{v}");
+    assert!(err.contains("denied, nobody can answer here") && err.contains("Bash(touch"), "{err}");
+    assert!(took < Duration::from_secs(60), "it waited: {took:?}");
+    assert!(!never.exists());
+
+    // --non-interactive, no --json: the same, at once.
+    let start = Instant::now();
+    let out = w.run(&["task", "SCENARIO=att_script again", "--non-interactive"]);
+    assert_eq!(out.status.code(), Some(4), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(start.elapsed() < Duration::from_secs(60));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("completed_with_denials"), "{err}");
+    assert!(!never.exists());
+
+    // --wait-for-approval: it waits, and says so on stderr within a second of the request.
+    let mut child = w
+        .herd(&[
+            "task",
+            "SCENARIO=att_script wait",
+            "--json",
+            "--wait-for-approval",
+            "--permission-timeout",
+            "6s",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines: Arc<Mutex<Vec<(Instant, String)>>> = Arc::default();
+    let reader = {
+        let lines = lines.clone();
+        let stderr = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            for l in BufReader::new(stderr).lines().map_while(Result::ok) {
+                lines.lock().unwrap().push((Instant::now(), l));
+            }
+        })
+    };
+    let mut asked_at = None;
+    assert!(
+        wait_until(Duration::from_secs(30), || {
+            let (_, v) = w.json(&["approve", "--json"]);
+            let found = v.as_array().is_some_and(|a| !a.is_empty());
+            if found {
+                asked_at = Some(Instant::now());
+            }
+            found
+        }),
+        "no request waits"
+    );
+    let asked_at = asked_at.unwrap();
+    assert!(
+        wait_until(Duration::from_secs(3), || {
+            lines.lock().unwrap().iter().any(|(_, l)| l.contains("waiting for a person"))
+        }),
+        "nothing said on stderr: {:?}",
+        lines.lock().unwrap()
+    );
+    let (said_at, line) = lines
+        .lock()
+        .unwrap()
+        .iter()
+        .find(|(_, l)| l.contains("waiting for a person"))
+        .cloned()
+        .unwrap();
+    // Said before (or within a second after) the request was seen from outside.
+    assert!(said_at <= asked_at + Duration::from_secs(1), "{line}");
+    assert!(line.contains("wants Bash(touch") && line.contains("herd approve perm_"), "{line}");
+    let mut out = String::new();
+    child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+    let status = child.wait().unwrap();
+    reader.join().unwrap();
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(status.code(), Some(4), "{v}");
+    assert_eq!(v["state"], "completed_with_denials");
+    assert!(v["result"].as_str().unwrap().contains("nobody answered within 6s"), "{v}");
+    assert_no_unknown_tool_warnings(&w);
+}
+
+/// A pseudo-terminal of `cols` columns: the program's end (stdin, stdout, stderr) and ours.
+struct Pty {
+    ours: std::fs::File,
+    theirs: OwnedFd,
+}
+
+impl Pty {
+    fn new(cols: u16) -> Self {
+        let size = nix::pty::Winsize { ws_row: 50, ws_col: cols, ws_xpixel: 0, ws_ypixel: 0 };
+        let pty = nix::pty::openpty(&size, None).unwrap();
+        Self { ours: std::fs::File::from(pty.master), theirs: pty.slave }
+    }
+
+    fn stdio(&self) -> Stdio {
+        Stdio::from(self.theirs.try_clone().unwrap())
+    }
+}
+
+const FOUR: &str = r#"
+name: four
+limits: {max_concurrent: 4}
+defaults: {cli: claude, timeout: 90s, permission_timeout: 60s}
+steps:
+  - {id: scan, prompt: "SCENARIO=att_scan go"}
+  - {id: fix, prompt: "SCENARIO=att_fix go"}
+  - {id: lint, prompt: "SCENARIO=att_lint go"}
+  - {id: report, prompt: "SCENARIO=att_report go", depends_on: [scan]}
+"#;
+
+#[test]
+fn a_person_follows_and_answers_a_plan_at_its_own_prompt() {
+    let w = world_or_skip!();
+    let (fixed, linted) = (w.work.join("fixed.txt"), w.work.join("linted.txt"));
+    let mock = MockServer::shared();
+    mock.script("att_scan", Script::new().text("scanned"));
+    mock.script("att_report", Script::new().text("reported"));
+    // Two steps ask for a person, and stay waiting while the first is answered.
+    for (name, file) in [("att_fix", &fixed), ("att_lint", &linted)] {
+        mock.script(
+            name,
+            Script::new()
+                .tool_use("Bash", bash(&format!("touch {}", file.display())))
+                .text("done: {{last_tool_result}}"),
+        );
+    }
+    std::fs::write(w.work.join("four.yml"), FOUR.replace(", permission_timeout: 60s", "")).unwrap();
+    let pty = Pty::new(80);
+    let mut child = w
+        .herd(&["run", "four.yml", "--json"])
+        .stdin(pty.stdio())
+        .stderr(pty.stdio())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(pty.theirs);
+    let screen: Arc<Mutex<String>> = Arc::default();
+    let reader = {
+        let screen = screen.clone();
+        let mut ours = pty.ours.try_clone().unwrap();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            // Ends with EIO once the program (the last holder of its end) is gone.
+            while let Ok(n) = ours.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                screen.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        })
+    };
+    let mut answer = pty.ours.try_clone().unwrap();
+    let shown = |from: usize| screen.lock().unwrap()[from..].to_owned();
+    let waiting_line = |text: &str, step: &str| {
+        text.lines().any(|l| l.contains(&format!(" {step} ")) && l.contains("waiting for approval"))
+    };
+    // Both show as waiting, with the plan's own prompt naming one of them.
+    assert!(
+        wait_until(Duration::from_secs(60), || {
+            let s = shown(0);
+            waiting_line(&s, "fix") && waiting_line(&s, "lint") && s.contains("allow? [y]es")
+        }),
+        "the display never showed both waiting with a prompt:\n{}",
+        shown(0)
+    );
+    let first_prompt = shown(0).rfind("allow? [y]es").unwrap();
+    let first_id = request_id(&shown(first_prompt));
+    answer.write_all(b"y\n").unwrap();
+    // The other one is asked next, by name.
+    assert!(
+        wait_until(Duration::from_secs(30), || {
+            let s = shown(first_prompt);
+            s.match_indices("allow? [y]es").any(|(i, _)| request_id(&s[i..]) != first_id)
+        }),
+        "no second prompt:\n{}",
+        shown(first_prompt)
+    );
+    let s = shown(first_prompt);
+    let (second, _) =
+        s.match_indices("allow? [y]es").find(|(i, _)| request_id(&s[*i..]) != first_id).unwrap();
+    let asked = &s[s[..second].rfind("herd: ").unwrap()..second];
+    assert!(asked.contains("step fix") || asked.contains("step lint"), "{asked}");
+    answer.write_all(b"y\n").unwrap();
+    let mut out = String::new();
+    child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+    let status = child.wait().unwrap();
+    drop(answer);
+    drop(pty.ours);
+    let _ = reader.join();
+    let screen = screen.lock().unwrap().clone();
+    let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}\n{screen}"));
+    assert_eq!(status.code(), Some(0), "{v}\n{screen}");
+    assert!(fixed.exists() && linted.exists(), "an approved call did not run");
+    // Each transition was announced, with its run.
+    for s in v["steps"].as_array().unwrap() {
+        let (id, run) = (s["id"].as_str().unwrap(), s["subagent_id"].as_str().unwrap());
+        assert!(screen.contains(&format!("herd: {id} started as {run}")), "{id}:\n{screen}");
+        assert!(screen.contains(&format!("herd: {id} completed")), "{id}:\n{screen}");
+    }
+    // Nothing drawn wider than the terminal.
+    let plain = strip_ansi(&screen);
+    for l in plain.lines() {
+        assert!(l.chars().count() <= 80, "wider than 80 columns: {l:?}");
+    }
+
+    // The plan is found and shown afterwards.
+    let plan = v["id"].as_str().unwrap();
+    let (_, plans) = w.json(&["plans", "--all", "--json"]);
+    let listed = plans.as_array().unwrap().iter().find(|p| p["id"] == plan).unwrap();
+    assert_eq!((&listed["status"], &listed["completed_steps"]), (&json!("completed"), &json!(4)));
+    let out = w.run(&["show", &plan[..12]]);
+    let shown_plan = String::from_utf8_lossy(&out.stdout);
+    for s in v["steps"].as_array().unwrap() {
+        let run = s["subagent_id"].as_str().unwrap();
+        assert!(shown_plan.contains(run), "{run} missing:\n{shown_plan}");
+    }
+    let (_, shown_json) = w.json(&["show", plan, "--json"]);
+    assert_eq!(shown_json["steps"].as_array().unwrap().len(), 4);
+    // ps: one row per run, each id unique as shown, each named by its step, with its plan.
+    let out = w.run(&["ps", "--all"]);
+    let table = String::from_utf8_lossy(&out.stdout);
+    let rows: Vec<&str> = table.lines().skip(1).collect();
+    assert_eq!(rows.len(), 4, "{table}");
+    let mut ids: Vec<&str> = rows.iter().map(|r| r.split_whitespace().next().unwrap()).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), 4, "ids are not unique as shown:\n{table}");
+    for id in ids {
+        let out = w.run(&["show", id]);
+        assert!(out.status.success(), "{id}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    for step in ["scan", "fix", "lint", "report"] {
+        assert!(rows.iter().any(|r| r.contains(&format!(" {step} ")) && r.contains(&plan[..8])));
+    }
+    // Its log has the plan's events and its steps'.
+    let (_, log) = w.json(&["logs", plan, "--json"]);
+    let log = log.as_array().unwrap();
+    assert!(log.iter().any(|e| e["kind"] == "plan_completed"));
+    assert!(log.iter().any(|e| e["step"] == "fix" && e["kind"] == "permission_decided"));
+    assert_no_unknown_tool_warnings(&w);
+}
+
+#[test]
+fn a_plan_run_elsewhere_is_cancelled_from_another_terminal() {
+    let w = World::new();
+    std::fs::write(
+        w.work.join("slow.yml"),
+        "defaults: {cli: command, prompt: go, command: [sh, -c, \"sleep 71.93\"]}\nsteps: [{id: a}, {id: b}, {id: c, depends_on: [a]}]\n",
+    )
+    .unwrap();
+    let child = w
+        .herd(&["run", "slow.yml", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(wait_until(Duration::from_secs(20), || {
+        common::procs_with_cmdline("sleep 71.93").len() >= 2
+    }));
+    let (_, plans) = w.json(&["plans", "--json"]);
+    let plan = plans[0]["id"].as_str().unwrap().to_owned();
+    assert_eq!(plans[0]["running_steps"], 2, "{plans}");
+    // ps lists the step that has not started, with its plan.
+    let out = w.run(&["ps"]);
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.lines().any(|l| l.starts_with("- ") && l.contains(" c ")), "{table}");
+    let out = w.run(&["cancel", &plan]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("cancelled"));
+    let out = child.wait_with_output().unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(130), "{v}");
+    assert_eq!(v["status"], "cancelled");
+    for s in v["steps"].as_array().unwrap() {
+        assert_eq!(s["status"], "cancelled", "{s}");
+    }
+    assert!(common::procs_with_cmdline("sleep 71.93").is_empty());
+    let (_, log) = w.json(&["logs", &plan, "--json"]);
+    assert!(log.as_array().unwrap().iter().any(|e| e["kind"] == "plan_cancel_requested"));
+}
+
+/// The first permission request id (`perm_…`) in `s`.
+fn request_id(s: &str) -> String {
+    let at = s.find("perm_").unwrap_or(s.len());
+    s[at..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect()
+}
+
+/// `s` without its escape sequences (colour, cursor moves, clears) and carriage returns.
+fn strip_ansi(s: &str) -> String {
+    let mut out = String::new();
+    let mut chars = s.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\x1b' => {
+                if chars.peek() == Some(&'[') {
+                    chars.next();
+                    for c in chars.by_ref() {
+                        if c.is_ascii_alphabetic() {
+                            break;
+                        }
+                    }
+                }
+            }
+            '\r' => {
+                // Back to the line's start: what follows overwrites it.
+                if let Some(i) = out.rfind('\n') {
+                    out.truncate(i + 1);
+                } else {
+                    out.clear();
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
