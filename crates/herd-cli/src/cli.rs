@@ -482,7 +482,7 @@ pub struct PsArgs {
     /// Include finished subagents
     #[arg(long, short)]
     pub all: bool,
-    /// At most this many rows
+    /// At most this many rows (0: all)
     #[arg(long, default_value_t = 50)]
     pub limit: usize,
     /// Print JSON (an array of objects)

@@ -59,6 +59,9 @@ pub fn event_summary(ev: &AgentEvent) -> String {
         E::OutputTruncated { limit_bytes, total_bytes } => {
             format!("result cut to {limit_bytes} of {total_bytes} bytes")
         }
+        E::OutputLimit { limit_bytes } => {
+            format!("{} of output stored; the rest is not (max_stored_output)", count(*limit_bytes))
+        }
         E::LeftoversKilled { count } => format!("{count} leftover process(es) killed"),
         E::PermissionRequested { request, tool, input_preview, timeout_ms } => format!(
             "{tool} {} — waiting for `herd approve {request}` or `herd deny {request}` ({}s)",

@@ -26,12 +26,6 @@ fn bash(cmd: &str) -> Value {
 }
 
 /// `herd audit --json` rows of one subagent (one array).
-fn audit(w: &World, id: &str) -> Vec<Value> {
-    let out = w.run(&["audit", "--subagent", id, "--json"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    serde_json::from_slice(&out.stdout).unwrap()
-}
-
 fn of_type<'a>(rows: &'a [Value], t: &str) -> Vec<&'a Value> {
     rows.iter().filter(|r| r["event_type"] == t).collect()
 }
@@ -98,7 +92,7 @@ fn allow_rule_runs_a_command_deny_rule_blocks_rm_and_both_are_audited_with_hashe
     assert!(reqs.last().unwrap().body.to_string().contains("Denied by herd"));
 
     let id = v["id"].as_str().unwrap();
-    let rows = audit(&w, id);
+    let rows = w.audit(id);
     assert_eq!(of_type(&rows, "subagent_spawn").len(), 1);
     let decisions = of_type(&rows, "permission_decision");
     assert_eq!(decisions.len(), 2, "{rows:#?}");
@@ -159,7 +153,7 @@ fn read_only_calls_and_the_repositorys_own_settings_cannot_get_past_herds_rules(
     let reqs = MockServer::shared().requests_for("perm_readonly");
     let seen = reqs.last().unwrap().body.to_string();
     assert!(!seen.contains("s3cret-value"), "a denied read reached the model: {seen}");
-    let rows = audit(&w, v["id"].as_str().unwrap());
+    let rows = w.audit(v["id"].as_str().unwrap());
     let decisions = of_type(&rows, "permission_decision");
     let by: Vec<(&str, &str)> = decisions
         .iter()
@@ -210,7 +204,7 @@ fn a_call_approved_from_a_second_process_runs() {
     assert_eq!(again.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&again.stderr).contains("already decided"));
 
-    let rows = audit(&w, v["id"].as_str().unwrap());
+    let rows = w.audit(v["id"].as_str().unwrap());
     assert_eq!(of_type(&rows, "permission_request")[0]["decision"], "ask");
     let d = of_type(&rows, "permission_decision");
     assert_eq!(d.len(), 1);
@@ -249,6 +243,47 @@ fn an_unanswered_call_is_denied_at_the_timeout() {
 }
 
 #[test]
+fn an_answer_to_a_dead_runs_request_is_refused_and_audited() {
+    let w = world_or_skip!();
+    let never = w.work.join("never.txt");
+    MockServer::shared().script(
+        "perm_dead",
+        Script::new()
+            .tool_use("Bash", bash(&format!("touch {}", never.display())))
+            .text("done: {{last_tool_result}}"),
+    );
+    let mut child = w
+        .herd(&[
+            "task",
+            "SCENARIO=perm_dead go",
+            "--permission-timeout",
+            "120s",
+            "--json",
+            "--wait-for-approval",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let request = pending_request(&w);
+    let run = running_id(&w);
+    // herd dies with the request pending (its guard takes the agent with it).
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let out = w.run(&["approve", &request]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("its run ended"), "{stderr}");
+    assert!(!never.exists());
+    let (_, pending) = w.json(&["approve", "--json"]);
+    assert_eq!(pending, json!([]), "the stale request is closed");
+    let rows = w.audit(&run);
+    let refused = of_type(&rows, "permission_answer_refused");
+    assert_eq!(refused.len(), 1, "{rows:#?}");
+    assert_eq!(refused[0]["decision"], "allow");
+}
+
+#[test]
 fn approve_always_lets_the_same_call_run_again_and_unnamed_reads_are_observed() {
     let w = world_or_skip!();
     let (one, two) = (w.work.join("one.txt"), w.work.join("two.txt"));
@@ -281,7 +316,7 @@ fn approve_always_lets_the_same_call_run_again_and_unnamed_reads_are_observed() 
     let out = child.wait_with_output().unwrap();
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(out.status.code(), Some(0), "{v}");
-    let rows = audit(&w, v["id"].as_str().unwrap());
+    let rows = w.audit(v["id"].as_str().unwrap());
     // One person's answer, then the same call allowed by the rule it added: nobody asked twice.
     assert_eq!(of_type(&rows, "permission_request").len(), 1, "{rows:#?}");
     let decisions = of_type(&rows, "permission_decision");
@@ -315,7 +350,7 @@ fn gc_keeps_recent_audit_entries_and_sweeps_old_ones_and_transcripts() {
     let (_, v) = w.json(&["gc", "--audit-days", "0", "--transcript-days", "0", "--json"]);
     assert!(v["transcript_files"].as_u64().unwrap() >= 1, "{v}");
     assert!(!transcript.exists());
-    assert!(audit(&w, &id).is_empty());
+    assert!(w.audit(&id).is_empty());
 }
 
 #[test]
@@ -340,7 +375,7 @@ fn auto_approve_runs_exactly_the_rate_limit_and_audits_the_rest() {
     assert_eq!(code, 0, "{v}");
     let ran: Vec<bool> = files.iter().map(|f| f.exists()).collect();
     assert_eq!(ran, [true, true, false, false]);
-    let rows = audit(&w, v["id"].as_str().unwrap());
+    let rows = w.audit(v["id"].as_str().unwrap());
     let approved = of_type(&rows, "auto_approve_tool_call");
     assert_eq!(approved.len(), 2);
     assert_eq!(approved[1]["rate_limit_state"]["bash_calls_remaining"], 0);
@@ -394,7 +429,7 @@ fn revoke_mid_run_makes_the_next_call_ask() {
     assert_eq!(out.status.code(), Some(0), "{v}");
     assert!(!second.exists());
     assert!(v["result"].as_str().unwrap().contains("not after a revoke"), "{v}");
-    let rows = audit(&w, &id);
+    let rows = w.audit(&id);
     assert_eq!(of_type(&rows, "auto_approve_tool_call").len(), 1);
     assert_eq!(of_type(&rows, "permission_revoke").len(), 1);
     assert_eq!(of_type(&rows, "permission_request").len(), 1);
@@ -428,7 +463,7 @@ fn a_pre_tool_use_hook_vetoes_and_a_crashing_hook_does_not_stop_the_run() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("WARN SubagentStart hook"), "failing hooks are shown: {stderr}");
     let id = v["id"].as_str().unwrap();
-    let rows = audit(&w, id);
+    let rows = w.audit(id);
     let veto = of_type(&rows, "hook_veto");
     assert_eq!(veto.len(), 1);
     assert!(veto[0]["decided_by"].as_str().unwrap().contains("forbidden by the hook"));
@@ -510,7 +545,7 @@ fn a_granted_tool_is_offered_and_refused_once_its_grant_expires() {
     assert!(offered.contains(&"Write") && offered.contains(&"Bash"), "{offered:?}");
     assert!(early.exists(), "the call under a valid grant did not run");
     assert!(!late.exists(), "a call after the grant expired ran");
-    let rows = audit(&w, v["id"].as_str().unwrap());
+    let rows = w.audit(v["id"].as_str().unwrap());
     let denied: Vec<&Value> = of_type(&rows, "permission_decision")
         .into_iter()
         .filter(|r| r["decision"] == "deny")

@@ -70,27 +70,33 @@ fn contract(state: &Path, id: &str) -> Value {
     store.get(&id.parse().unwrap()).unwrap().unwrap().spec
 }
 
+/// A Bash call writing `files` (opened with perl's `mode`, `>` or `>>`) that the gate cannot
+/// see as writes: the paths are inside perl's code. Under `Bash(perl *)` only the sandbox stands
+/// between it and the files (a redirection or a path argument would go to a person).
+fn perl_writes(scenario: &str, mode: &str, files: &[&str], content: &str) {
+    let list = files.iter().map(|f| format!("\"{f}\"")).collect::<Vec<_>>().join(", ");
+    bash(
+        scenario,
+        &format!(
+            "perl -e 'for ({list}) {{ open(F, \"{mode}\", $_) ? print F \"{content}\" : warn \"$_: $!\\n\" }}'"
+        ),
+    );
+}
+
+const PERL: [&str; 2] = ["--allow", "Bash(perl *)"];
+
 #[test]
-fn an_agent_allowed_to_write_cannot_write_herds_config() {
+fn an_agent_cannot_write_herds_config_where_the_gate_cannot_see_the_write() {
     let w = world_or_skip!();
     let cfg = "permissions:\n  deny: [WebFetch]\n";
     config(&w, cfg);
     let target = w.work.join(".herd/config.yml");
-    MockServer::shared().script(
-        "sbx_cfg",
-        Script::new()
-            .tool_use("Read", json!({"file_path": target}))
-            .tool_use(
-                "Write",
-                json!({"file_path": target, "content": "permissions: {allow: [Bash]}\n"}),
-            )
-            .text("done: {{last_tool_result}}"),
-    );
-    let (code, v) = w.json(&["task", "SCENARIO=sbx_cfg go", "--allow", "Write", "--json"]);
+    perl_writes("sbx_cfg", ">", &[".herd/config.yml"], "permissions: {allow: [Bash]}\\n");
+    let (code, v) = w.json(&[&["task", "SCENARIO=sbx_cfg go", "--json"][..], &PERL].concat());
     assert_eq!(code, 0, "{v}");
     assert_eq!(std::fs::read_to_string(&target).unwrap(), cfg, "the config was rewritten");
     let out = tool_output(&w, v["id"].as_str().unwrap());
-    assert!(out.contains("read-only file system") || out.contains("EROFS"), "{out}");
+    assert!(out.contains("Read-only file system"), "{out}");
     // The placeholders the run needed are gone again; the real .herd stays.
     for p in [".claude", ".mcp.json", ".gemini", ".codex"] {
         assert!(!w.work.join(p).exists(), "{p} left behind");
@@ -101,7 +107,7 @@ fn an_agent_allowed_to_write_cannot_write_herds_config() {
 
     // The same call with the sandbox off rewrites it: the check above can fail.
     config(&w, "sandbox: off\n");
-    let (code, v) = w.json(&["task", "SCENARIO=sbx_cfg go", "--allow", "Write", "--json"]);
+    let (code, v) = w.json(&[&["task", "SCENARIO=sbx_cfg go", "--json"][..], &PERL].concat());
     assert_eq!(code, 0, "{v}");
     assert_eq!(std::fs::read_to_string(&target).unwrap(), "permissions: {allow: [Bash]}\n");
     let id = v["id"].as_str().unwrap();
@@ -113,11 +119,10 @@ fn an_agent_allowed_to_write_cannot_write_herds_config() {
 fn an_agent_cannot_destroy_herds_database_and_audit_log() {
     let w = world_or_skip!();
     let state = w.work.join(".herd");
-    bash("sbx_db", "echo garbage > .herd/herd.db");
-    let allow = ["--allow", "Bash(echo *)", "--permission-timeout", "5s", "--json"];
+    perl_writes("sbx_db", ">", &[".herd/herd.db"], "garbage");
     let task = |w: &World, state: &Path| {
         let out = w
-            .herd(&[&["task", "SCENARIO=sbx_db go"][..], &allow].concat())
+            .herd(&[&["task", "SCENARIO=sbx_db go", "--json"][..], &PERL].concat())
             .env("HERD_STATE_DIR", state)
             .output()
             .unwrap();
@@ -134,7 +139,7 @@ fn an_agent_cannot_destroy_herds_database_and_audit_log() {
     let rows = audit(&w, &state, id);
     let types: Vec<&str> = rows.iter().map(|r| r["event_type"].as_str().unwrap()).collect();
     assert!(types.contains(&"subagent_spawn") && types.contains(&"subagent_complete"), "{types:?}");
-    assert!(rows.iter().any(|r| r["decision"] == "allow"), "the echo was allowed: {rows:?}");
+    assert!(rows.iter().any(|r| r["decision"] == "allow"), "the perl was allowed: {rows:?}");
     let out = tool_output_in(&w, &state, id);
     assert!(out.contains("Read-only file system"), "{out}");
     let header = std::fs::read(state.join("herd.db")).unwrap();
@@ -149,7 +154,7 @@ fn an_agent_cannot_destroy_herds_database_and_audit_log() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let id = v["id"].as_str().unwrap();
     let rows = audit(&control, &state, id);
-    assert!(rows.iter().any(|r| r["decision"] == "allow"), "the echo was allowed: {rows:?}");
+    assert!(rows.iter().any(|r| r["decision"] == "allow"), "the perl was allowed: {rows:?}");
     let out = tool_output_in(&control, &state, id);
     assert!(!out.contains("Read-only"), "{out}");
 }
@@ -157,17 +162,18 @@ fn an_agent_cannot_destroy_herds_database_and_audit_log() {
 #[test]
 fn an_agent_cannot_plant_a_payload_in_the_shell_start_up_files() {
     let w = world_or_skip!();
-    bash("sbx_rc", "echo x >> ~/.bashrc; echo x >> ~/.profile");
+    let files = ["$ENV{HOME}/.bashrc", "$ENV{HOME}/.profile"];
+    perl_writes("sbx_rc", ">>", &files, "x\\n");
     // A missing ~/.bashrc is not created, an existing ~/.profile not changed.
     std::fs::write(w.home.join(".profile"), "orig\n").unwrap();
-    let (code, v) = w.json(&["task", "SCENARIO=sbx_rc go", "--allow", "Bash(echo *)", "--json"]);
+    let (code, v) = w.json(&[&["task", "SCENARIO=sbx_rc go", "--json"][..], &PERL].concat());
     assert_eq!(code, 0, "{v}");
     assert!(!w.home.join(".bashrc").exists(), "~/.bashrc was created");
     assert_eq!(std::fs::read_to_string(w.home.join(".profile")).unwrap(), "orig\n");
     assert!(tool_output(&w, v["id"].as_str().unwrap()).contains("Read-only file system"));
 
     config(&w, "sandbox: off\n");
-    let (code, v) = w.json(&["task", "SCENARIO=sbx_rc go", "--allow", "Bash(echo *)", "--json"]);
+    let (code, v) = w.json(&[&["task", "SCENARIO=sbx_rc go", "--json"][..], &PERL].concat());
     assert_eq!(code, 0, "{v}");
     assert_eq!(std::fs::read_to_string(w.home.join(".bashrc")).unwrap(), "x\n");
     assert_eq!(std::fs::read_to_string(w.home.join(".profile")).unwrap(), "orig\nx\n");

@@ -139,6 +139,11 @@ pub enum AgentEvent {
         limit_bytes: u64,
         total_bytes: u64,
     },
+    /// The run's stored output reached its bound (`max_stored_output`): from here on its text,
+    /// stderr and tool output are not stored (its lifecycle, permission and result events are).
+    OutputLimit {
+        limit_bytes: u64,
+    },
     /// Processes the agent left behind that herd killed when the run ended.
     LeftoversKilled {
         count: u32,
@@ -311,7 +316,58 @@ pub enum AgentEvent {
     },
 }
 
+/// Roughly what a JSON value weighs stored: its strings and a little per node.
+fn json_weight(v: &Value) -> usize {
+    match v {
+        Value::String(s) => s.len() + 2,
+        Value::Array(a) => 2 + a.iter().map(json_weight).sum::<usize>(),
+        Value::Object(o) => 2 + o.iter().map(|(k, v)| k.len() + 4 + json_weight(v)).sum::<usize>(),
+        _ => 8,
+    }
+}
+
 impl AgentEvent {
+    /// Roughly how many bytes this event takes when stored: its large fields plus a fixed
+    /// overhead. What bounds the memory a run's output holds and how much of it is stored.
+    pub fn weight(&self) -> usize {
+        const OVERHEAD: usize = 64;
+        OVERHEAD
+            + match self {
+                Self::Text { text } | Self::Thinking { text } | Self::UserText { text } => {
+                    text.len()
+                }
+                Self::Stderr { line } => line.len(),
+                Self::Unknown { raw } => raw.len(),
+                Self::DecodeError { error, preview } => error.len() + preview.len(),
+                Self::ToolResult { content, .. } => content.len(),
+                Self::ToolCall { input, .. } => json_weight(input),
+                Self::ControlRequest { request, .. } => json_weight(request),
+                Self::Result(r) => {
+                    r.text.as_ref().map_or(0, String::len)
+                        + r.errors.iter().map(String::len).sum::<usize>()
+                }
+                Self::MergeConflict { output, .. } => output.len(),
+                _ => 0,
+            }
+    }
+
+    /// Output of the agent that a run may stop storing once it has stored enough: its text,
+    /// stderr and tool output — never its lifecycle, permission, tool-call or result events.
+    pub fn is_bulk_output(&self) -> bool {
+        matches!(
+            self,
+            Self::Text { .. }
+                | Self::Thinking { .. }
+                | Self::UserText { .. }
+                | Self::Stderr { .. }
+                | Self::ToolResult { .. }
+                | Self::StreamEvent { .. }
+                | Self::Unknown { .. }
+                | Self::DecodeError { .. }
+                | Self::LineTooLong { .. }
+        )
+    }
+
     /// The stored `kind` of this event (its serde tag).
     pub fn kind(&self) -> &'static str {
         match self {
@@ -323,6 +379,7 @@ impl AgentEvent {
             Self::SubagentClosed { .. } => "subagent_closed",
             Self::StopRequested { .. } => "stop_requested",
             Self::OutputTruncated { .. } => "output_truncated",
+            Self::OutputLimit { .. } => "output_limit",
             Self::LeftoversKilled { .. } => "leftovers_killed",
             Self::PermissionRequested { .. } => "permission_requested",
             Self::PermissionDecided { .. } => "permission_decided",

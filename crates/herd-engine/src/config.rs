@@ -29,6 +29,9 @@ pub struct ProjectConfig {
     pub max_per_parent: Option<u32>,
     /// How long a tool call waits for a person before it is denied, e.g. `2m` [default: 2m].
     pub permission_timeout: Option<String>,
+    /// How much of a run's output is stored (events, transcript, stderr log), e.g. `64MiB`
+    /// [default: 64MiB]; past it output is dropped with an `output_limit` event.
+    pub max_stored_output: Option<String>,
     #[serde(default)]
     pub permissions: PermissionsConfig,
     /// Hooks by event: `PreToolUse`, `PostToolUse`, `SubagentStart`, `SubagentStop`.
@@ -84,6 +87,25 @@ pub struct PermissionsConfig {
     pub ask: Vec<String>,
     /// The older name of the top-level `permission_timeout`.
     pub ask_timeout: Option<String>,
+}
+
+/// How much of a run's output is stored when the config does not say.
+pub const DEFAULT_MAX_STORED_OUTPUT: u64 = 64 << 20;
+
+/// A size: bytes, or a number with `K`/`KiB`, `M`/`MiB`, `G`/`GiB` (powers of 1024).
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: u64 = num.parse().map_err(|_| format!("{s:?} is not a size (e.g. 64MiB, 512K, 1G)"))?;
+    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        other => return Err(format!("{s:?}: unknown unit {other:?} (use K, M or G)")),
+    };
+    n.checked_mul(mult).ok_or_else(|| format!("{s:?} is too large"))
 }
 
 /// A config file that cannot be used.
@@ -159,6 +181,11 @@ fn layer(under: ProjectConfig, over: ProjectConfig, keys: &serde_json::Value) ->
         timeout: pick(set("timeout"), under.timeout, over.timeout),
         max_turns: pick(set("max_turns"), under.max_turns, over.max_turns),
         max_per_parent: pick(set("max_per_parent"), under.max_per_parent, over.max_per_parent),
+        max_stored_output: pick(
+            set("max_stored_output"),
+            under.max_stored_output,
+            over.max_stored_output,
+        ),
         permission_timeout: pick(
             set("permission_timeout"),
             under.permission_timeout,
@@ -255,12 +282,23 @@ impl ProjectConfig {
         }
         self.timeout()?;
         self.permission_timeout()?;
+        self.max_stored_output()?;
         if self.permission_timeout.is_some() && self.permissions.ask_timeout.is_some() {
             return Err("permission_timeout and permissions.ask_timeout say the same thing: \
                         keep permission_timeout"
                 .into());
         }
         Ok(())
+    }
+
+    /// `max_stored_output` in bytes (at least 1 MiB), or the default.
+    pub fn max_stored_output(&self) -> Result<u64, String> {
+        let Some(v) = &self.max_stored_output else { return Ok(DEFAULT_MAX_STORED_OUTPUT) };
+        let n = parse_size(v).map_err(|e| format!("max_stored_output: {e}"))?;
+        if n < 1 << 20 {
+            return Err(format!("max_stored_output: {v} is below the 1MiB minimum"));
+        }
+        Ok(n)
     }
 
     /// `timeout`, parsed and checked (1s to 120m).
@@ -393,7 +431,8 @@ mod tests {
         let user = dir.path().join("user.yml");
         std::fs::write(
             &user,
-            "max_concurrent: 3\nmax_turns: 7\npermissions: {deny: ['Bash(rm *)'], allow: [Read]}\n\
+            "max_concurrent: 3\nmax_turns: 7\nmax_stored_output: 2MiB\n\
+             permissions: {deny: ['Bash(rm *)'], allow: [Read]}\n\
              hooks: {PreToolUse: [{command: ./user-check}]}\n",
         )
         .unwrap();
@@ -410,6 +449,7 @@ mod tests {
         .unwrap();
         let cfg = load_layered(Some(&user), &root).unwrap();
         assert_eq!((cfg.max_concurrent, cfg.max_turns), (Some(4), Some(7)));
+        assert_eq!(cfg.max_stored_output(), Ok(2 << 20));
         let p = cfg.permissions().unwrap();
         let rules = |r: &[Rule]| r.iter().map(ToString::to_string).collect::<Vec<_>>();
         assert_eq!(rules(&p.policy.deny), ["bash(rm *)", "bash(curl *)"]);

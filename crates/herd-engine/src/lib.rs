@@ -8,6 +8,7 @@ pub mod guard;
 pub mod lines;
 pub mod plan;
 pub mod procfs;
+mod protected;
 mod run;
 pub mod sandbox;
 pub mod service;

@@ -279,9 +279,15 @@ impl Store {
     /// Mark a plan whose owner died `failed`, and its unfinished steps `failed(orphaned)`.
     pub fn fail_orphaned_orchestration(&mut self, id: &str) -> Result<()> {
         let tx = self.conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        // Steps that were under way failed with their herd; those never started are cancelled.
         tx.exec(
             "UPDATE orchestration_steps SET status = 'failed', failure_reason = 'orphaned', completed_at = ?2
-             WHERE orchestration_id = ?1 AND status IN ('pending','running','blocked')",
+             WHERE orchestration_id = ?1 AND status IN ('running','blocked')",
+            params![id, now_ms()],
+        )?;
+        tx.exec(
+            "UPDATE orchestration_steps SET status = 'cancelled', failure_reason = 'orphaned', completed_at = ?2
+             WHERE orchestration_id = ?1 AND status = 'pending'",
             params![id, now_ms()],
         )?;
         // Status only: the cost and token roll-ups written so far stay.

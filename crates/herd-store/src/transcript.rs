@@ -81,6 +81,14 @@ pub struct Meta {
     pub turns: Option<u32>,
     pub transcript_bytes: u64,
     pub lines_over_limit: u64,
+    /// Output events not stored once the run reached its bound (`max_stored_output`).
+    #[serde(default)]
+    pub output_dropped_events: u64,
+    #[serde(default)]
+    pub output_dropped_bytes: u64,
+    /// The transcript or stderr log stopped growing at the same bound.
+    #[serde(default)]
+    pub files_cut: bool,
 }
 
 impl Meta {

@@ -338,3 +338,54 @@ async fn a_run_marked_orphaned_has_its_waiting_requests_closed() {
     assert_eq!(r.status, "cancelled");
     writer.shutdown().await.unwrap();
 }
+
+#[tokio::test]
+async fn an_orphaned_plan_fails_its_running_steps_and_cancels_those_never_started() {
+    let (_dir, paths, mut store, _id) = store_with_one_subagent();
+    let step = |key: &str| herd_store::NewStep {
+        key: key.into(),
+        name: key.into(),
+        prompt: "p".into(),
+        model: None,
+        cwd: None,
+        tools: None,
+        depends_on: vec![],
+        contract: "{}".into(),
+    };
+    let writer = Writer::start(&paths).unwrap();
+    let w = writer.handle();
+    w.create_orchestration(herd_store::NewOrchestration {
+        id: "o1".into(),
+        session: "s1".into(),
+        name: "plan".into(),
+        strategy: "parallel".into(),
+        plan: "{}".into(),
+        source_file: None,
+        steps: vec![step("a"), step("b"), step("c")],
+        owner_pid: 999_999,
+        owner_start_time: Some(1),
+    })
+    .await
+    .unwrap();
+    w.set_step(herd_store::StepChange::new("o1", "a", "running", None)).await.unwrap();
+    w.set_step(herd_store::StepChange::new("o1", "b", "running", None)).await.unwrap();
+    w.set_step(herd_store::StepChange::new("o1", "b", "completed", None)).await.unwrap();
+    w.flush().await.unwrap();
+
+    store.fail_orphaned_orchestration("o1").unwrap();
+    let steps: Vec<_> = store
+        .steps("o1")
+        .unwrap()
+        .into_iter()
+        .map(|s| (s.step_key, s.status, s.failure_reason))
+        .collect();
+    assert_eq!(
+        steps,
+        vec![
+            ("a".into(), "failed".into(), Some("orphaned".into())),
+            ("b".into(), "completed".into(), None),
+            ("c".into(), "cancelled".into(), Some("orphaned".into())),
+        ]
+    );
+    assert_eq!(store.orchestration("o1").unwrap().unwrap().status, "failed");
+}

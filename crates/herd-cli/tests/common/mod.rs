@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod mcp;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -90,6 +92,15 @@ impl World {
         let out = self.run(&["logs", id, "--json"]);
         serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
             panic!("logs --json is not one array ({e}): {}", String::from_utf8_lossy(&out.stdout))
+        })
+    }
+
+    /// Every audit row of a subagent, via `herd audit --json` (one array).
+    pub fn audit(&self, id: &str) -> Vec<Value> {
+        let out = self.run(&["audit", "--subagent", id, "--json"]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!("audit --json is not one array ({e}): {}", String::from_utf8_lossy(&out.stdout))
         })
     }
 

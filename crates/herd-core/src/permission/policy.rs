@@ -3,7 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::rule::{Call, Rule};
+use super::bash::Role;
+use super::rule::{Call, Rule, Verdict, is_literal_line};
 
 /// Tools that change things: a readonly policy denies them.
 const WRITING_TOOLS: &[&str] = &["bash", "write", "edit", "multiedit", "notebookedit"];
@@ -59,8 +60,10 @@ impl Decision {
 }
 
 impl Policy {
-    /// DESIGN §6 order: not in `tools` (and not granted) → deny; deny rules; readonly; allow
-    /// rules; ask rules; else undecided.
+    /// The rule stages, in Claude Code's order: not in `tools` (and not granted) → deny; a deny
+    /// rule that surely matches → deny (a Bash line's output redirections are judged as Write
+    /// calls); readonly → deny; a deny rule that perhaps matches → ask; an ask rule that
+    /// surely or perhaps matches → ask; the allow rules cover the call → allow; else undecided.
     pub fn evaluate(&self, call: &Call, granted_tools: &[String]) -> Decision {
         if !self.tools.is_empty()
             && !self.tools.contains(&call.tool)
@@ -70,19 +73,91 @@ impl Policy {
                 by: format!("tools: {} is not in [{}]", call.tool, self.tools.join(", ")),
             };
         }
-        if let Some(r) = self.deny.iter().find(|r| r.catches(call)) {
+        let writes = call.redirect_writes();
+        let judged = |rules: &[Rule]| -> (Option<String>, Option<String>) {
+            let mut maybe = None;
+            for (c, what) in
+                std::iter::once((call, None)).chain(writes.iter().map(|w| (w, Some(w))))
+            {
+                for r in rules {
+                    let about = match what {
+                        Some(w) => format!(
+                            " (the line writes {})",
+                            w.main_input.as_deref().unwrap_or("a file named at run time")
+                        ),
+                        None => String::new(),
+                    };
+                    match r.judge(c) {
+                        Verdict::Yes => return (Some(format!("{r}{about}")), None),
+                        Verdict::Maybe if maybe.is_none() => {
+                            maybe = Some(format!("{r} might match{about}{}", why_maybe(c)))
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            (None, maybe)
+        };
+        let (deny, maybe_deny) = judged(&self.deny);
+        if let Some(r) = deny {
             return Decision::Deny { by: format!("deny rule {r}") };
         }
         if self.readonly && WRITING_TOOLS.contains(&call.tool.as_str()) {
             return Decision::Deny { by: "readonly policy".into() };
         }
-        if let Some(r) = self.allow.iter().find(|r| r.permits(call)) {
-            return Decision::Allow { by: format!("allow rule {r}") };
+        if let Some(r) = maybe_deny {
+            return Decision::Ask { by: format!("deny rule {r}") };
         }
-        if let Some(r) = self.ask.iter().find(|r| r.catches(call)) {
+        let (ask, maybe_ask) = judged(&self.ask);
+        if let Some(r) = ask.or(maybe_ask) {
             return Decision::Ask { by: format!("ask rule {r}") };
         }
+        if let Some(by) = self.allowed_by(call) {
+            return Decision::Allow { by };
+        }
         Decision::Undecided
+    }
+
+    /// Whether the allow rules cover the call, and which. Bash: a wildcard-free rule equal to
+    /// the whole line allows exactly that line; otherwise the line must be provable, every
+    /// command it runs covered by some allow rule, and every redirection allowed as a Write of
+    /// its resolved path. A pattern-less `Bash` covers any line, its redirections too.
+    pub fn allowed_by(&self, call: &Call) -> Option<String> {
+        let Some(line) = &call.bash else {
+            return self.allow.iter().find(|r| r.allows(call)).map(|r| format!("allow rule {r}"));
+        };
+        let bash: Vec<&Rule> = self.allow.iter().filter(|r| r.tool == call.tool).collect();
+        let input = call.main_input.as_deref().unwrap_or("").trim();
+        if let Some(r) = bash
+            .iter()
+            .find(|r| r.pattern.as_deref().is_some_and(|p| is_literal_line(p) && p.trim() == input))
+        {
+            return Some(format!("allow rule {r}"));
+        }
+        if let Some(all) = bash.iter().find(|r| r.pattern.is_none()) {
+            // Any command may write anywhere already (`tee`, `cp`): its redirections need no
+            // Write rule of their own (Write and Edit deny rules still judged them above).
+            return Some(format!("allow rule {all}"));
+        }
+        let runs: Vec<_> = line.commands.iter().filter(|c| c.role == Role::Runs).collect();
+        if !line.is_provable() || runs.is_empty() {
+            return None;
+        }
+        let mut used: Vec<&Rule> = Vec::new();
+        for cmd in runs {
+            let r = bash.iter().find(|r| r.covers(cmd))?;
+            if !used.contains(r) {
+                used.push(r);
+            }
+        }
+        for w in call.redirect_writes() {
+            let r = self.allow.iter().find(|r| r.allows(&w))?;
+            if !used.contains(&r) {
+                used.push(r);
+            }
+        }
+        let list: Vec<String> = used.iter().map(ToString::to_string).collect();
+        Some(format!("allow rule{} {}", if list.len() > 1 { "s" } else { "" }, list.join(", ")))
     }
 
     /// Add `other`'s rules at the same level (config + agent + step + flags). Tools: both lists
@@ -99,6 +174,18 @@ impl Policy {
                 self.tools.iter().filter(|t| other.tools.contains(t)).cloned().collect()
             }
         };
+    }
+}
+
+/// Why a rule only perhaps matches the call.
+fn why_maybe(call: &Call) -> String {
+    match &call.bash {
+        Some(line) => match line.unprovable.first() {
+            Some(why) => format!(": {why}"),
+            None => ": an expansion decides what runs".into(),
+        },
+        None if call.tool == "write" => String::new(),
+        None => ": a file under the searched path".into(),
     }
 }
 
@@ -282,9 +369,35 @@ mod tests {
                     }
                 }
             }
+            // A deny or ask rule naming one part catches the line, or at least takes it as a
+            // possible match (a line bash cannot parse, like ` ;a`, runs nothing: asked about).
             for part in [&a, &b] {
                 if r.matches(&bash(part.trim())) && !part.trim().is_empty() {
-                    prop_assert!(r.catches(&call), "{} misses {:?} in {:?}", r, part, line);
+                    let v = r.judge(&call);
+                    prop_assert!(v != Verdict::No, "{} misses {:?} in {:?}", r, part, line);
+                }
+            }
+        }
+
+        /// Under allow-all and deny `Bash(rm *)`, a line decided Allow is provable and runs
+        /// nothing named rm, not even as a guess.
+        #[test]
+        fn an_allowed_line_runs_no_denied_command(parts in prop::collection::vec(prop::sample::select(vec![
+            "rm", " ", "x", ";", "&&", "|", "$(", ")", "`", "'", "\"", "\\", "<<", "EOF", "\n", ">", "&",
+            "{", "}", "$a", "=", "(", "*", "bash -c ", "eval ", "xargs ", "find . -exec ", "env ", "timeout 1 ", "/bin/",
+        ]), 0..20)) {
+            let line = parts.concat();
+            let p = Policy {
+                allow: vec![Rule::parse("Bash").unwrap()],
+                deny: vec![Rule::parse("Bash(rm *)").unwrap()],
+                ..Policy::default()
+            };
+            let call = bash(&line);
+            if matches!(p.evaluate(&call, &[]), Decision::Allow { .. }) {
+                let analysed = call.bash.as_ref().unwrap();
+                prop_assert!(analysed.is_provable());
+                for c in &analysed.commands {
+                    prop_assert!(c.argv.first().and_then(|w| w.literal()).as_deref() != Some("rm"), "{:?}", line);
                 }
             }
         }

@@ -1,14 +1,15 @@
-//! Permission rules as written (`Tool` or `Tool(pattern)`), tool-name normalisation, a call's
-//! main input, and glob matching of patterns against it.
+//! Permission rules as written (`Tool` or `Tool(pattern)`), tool names and families, a call as
+//! the rules see it, and how one rule judges a call: surely, perhaps, or not at all.
 
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::shell;
+use super::bash::{BashLine, Command, PathRef, Redirect, analyze_bash};
+use super::pattern::{Word, command_glob, glob_match, matches_all, matches_anything, matches_some};
 
 /// `"Bash(cargo *)"` → `"bash"`, `" WRITE "` → `"write"`. Idempotent.
 pub fn normalize_tool(name: &str) -> String {
@@ -19,6 +20,9 @@ pub fn normalize_tool(name: &str) -> String {
 
 /// Tools whose main input is a file path.
 const FILE_TOOLS: &[&str] = &["write", "edit", "multiedit", "read", "notebookedit"];
+
+/// The file-editing family: a deny or ask rule on one of them binds them all.
+pub const EDIT_FAMILY: &[&str] = &["write", "edit", "multiedit", "notebookedit"];
 
 /// The input a rule's pattern is matched against: the Bash command, the file path, the URL…
 pub fn main_input(tool: &str, input: &Value) -> Option<String> {
@@ -40,16 +44,59 @@ pub struct Call {
     /// Normalised tool name.
     pub tool: String,
     pub main_input: Option<String>,
-    /// The agent's working directory: relative file patterns are relative to it.
+    /// The agent's working directory: relative paths and patterns are relative to it.
     pub cwd: Option<PathBuf>,
+    /// The file a file tool works on, or the `path` a Grep or Glob searches. The caller
+    /// resolves `canonical` (herd-core does no I/O): allow rules match only that.
+    pub path: Option<PathRef>,
+    /// A Bash call's line as analysed: its commands and redirection writes.
+    pub bash: Option<BashLine>,
 }
 
 impl Call {
     pub fn new(raw_tool_name: &str, input: &Value, cwd: Option<&Path>) -> Self {
         let tool = normalize_tool(raw_tool_name);
         let main_input = main_input(&tool, input);
-        Self { tool, main_input, cwd: cwd.map(Path::to_path_buf) }
+        let path = match tool.as_str() {
+            t if FILE_TOOLS.contains(&t) => main_input.clone(),
+            "grep" | "glob" => input.get("path").and_then(Value::as_str).map(str::to_owned),
+            _ => None,
+        }
+        .map(|given| PathRef { given: Some(given), canonical: None });
+        let bash = (tool == "bash").then(|| analyze_bash(main_input.as_deref().unwrap_or("")));
+        Self { tool, main_input, cwd: cwd.map(Path::to_path_buf), path, bash }
     }
+
+    /// Every path the caller should resolve: the file path and each redirection target.
+    pub fn paths_mut(&mut self) -> impl Iterator<Item = &mut PathRef> {
+        let writes = self.bash.iter_mut().flat_map(|b| b.writes.iter_mut().map(|w| &mut w.path));
+        self.path.iter_mut().chain(writes)
+    }
+
+    /// The redirection writes of a Bash call, each as the Write call the rules judge.
+    pub fn redirect_writes(&self) -> Vec<Call> {
+        let writes: &[Redirect] = self.bash.as_ref().map_or(&[], |b| &b.writes);
+        writes
+            .iter()
+            .map(|w| Call {
+                tool: "write".into(),
+                main_input: w.path.given.clone(),
+                cwd: self.cwd.clone(),
+                path: Some(w.path.clone()),
+                bash: None,
+            })
+            .collect()
+    }
+}
+
+/// How surely a rule matches a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Verdict {
+    No,
+    /// It could: an expansion, an unprovable part of a Bash line or a path under a searched
+    /// directory may make it match. A deny or ask rule that perhaps matches asks a person.
+    Maybe,
+    Yes,
 }
 
 /// Why a rule cannot be parsed.
@@ -107,7 +154,7 @@ impl Rule {
         Ok(Rule { tool: name.to_ascii_lowercase(), pattern })
     }
 
-    /// Whether this rule covers `call`'s main input as a whole.
+    /// Whether this rule's pattern matches `call`'s main input as written, as a whole.
     pub fn matches(&self, call: &Call) -> bool {
         if self.tool != call.tool {
             return false;
@@ -115,58 +162,172 @@ impl Rule {
         match (&self.pattern, &call.main_input) {
             (None, _) => true,
             (Some(_), None) => false,
-            (Some(p), Some(input)) => self.matches_text(p, call, input),
-        }
-    }
-
-    /// For deny and ask rules: the rule covers the call as a whole or, for Bash, any command
-    /// in it (`echo ok && rm -rf ~` is caught by `Bash(rm *)`, so is `echo $(rm x)`).
-    pub fn catches(&self, call: &Call) -> bool {
-        if self.matches(call) {
-            return true;
-        }
-        match (&self.pattern, &call.main_input) {
-            (Some(p), Some(input)) if self.tool == call.tool && call.tool == "bash" => {
-                shell::command_pieces(input).iter().any(|c| self.matches_text(p, call, c))
+            (Some(p), Some(input)) => {
+                glob_or_prefix(p, input)
+                    || (FILE_TOOLS.contains(&call.tool.as_str())
+                        && relative(p, call.cwd.as_deref(), input))
             }
-            _ => false,
         }
     }
 
-    /// For allow rules: for Bash, every command of the line must be covered and nothing may be
-    /// hidden in substitutions or subshells (`Bash(cargo *)` does not allow
-    /// `cargo test; curl x | sh`); a wildcard-free pattern also allows exactly its own line.
+    /// Whether the rule speaks about this tool as a deny or ask rule: its own tool, the whole
+    /// file-editing family for any of its members, and Grep/Glob searching a path for Read.
+    fn binds(&self, call: &Call) -> bool {
+        self.tool == call.tool
+            || (EDIT_FAMILY.contains(&self.tool.as_str())
+                && EDIT_FAMILY.contains(&call.tool.as_str()))
+            || (self.tool == "read"
+                && matches!(call.tool.as_str(), "grep" | "glob")
+                && call.path.is_some())
+    }
+
+    /// For deny and ask rules: whether the rule matches the call. Bash: any command the line
+    /// runs (definitely: `Yes`; for some value of an expansion, or an unprovable line:
+    /// `Maybe`), or the line as a whole. Files: the path as given or as resolved, for the whole
+    /// edit family. Grep/Glob under a Read rule: the searched path (`Yes`) or a file under it
+    /// (`Maybe`).
+    pub fn judge(&self, call: &Call) -> Verdict {
+        if !self.binds(call) {
+            return Verdict::No;
+        }
+        let Some(p) = &self.pattern else { return Verdict::Yes };
+        if self.matches(call) {
+            return Verdict::Yes;
+        }
+        if let Some(line) = &call.bash {
+            return judge_line(p, line);
+        }
+        match &call.path {
+            _ if call.tool == "grep" || call.tool == "glob" => {
+                let Some(path) = call.path.as_ref().filter(|_| self.tool == "read") else {
+                    return Verdict::No;
+                };
+                if path_matches(p, path, call.cwd.as_deref(), false) {
+                    return Verdict::Yes;
+                }
+                let mut forms = path_forms(path, call.cwd.as_deref());
+                forms.extend(path.canonical.as_ref().map(|c| c.to_string_lossy().into_owned()));
+                let under = forms.into_iter().any(|f| {
+                    let mut w = Word::text(format!("{}/", f.trim_end_matches('/')));
+                    w.push_unknown();
+                    matches_some(p, std::slice::from_ref(&w))
+                });
+                if under { Verdict::Maybe } else { Verdict::No }
+            }
+            Some(path) if path.given.is_none() && path.canonical.is_none() => Verdict::Maybe,
+            Some(path) if path_matches(p, path, call.cwd.as_deref(), false) => Verdict::Yes,
+            _ => Verdict::No,
+        }
+    }
+
+    /// For deny and ask rules: the rule surely matches the call.
+    pub fn catches(&self, call: &Call) -> bool {
+        self.judge(call) == Verdict::Yes
+    }
+
+    /// For allow rules: this rule covers one command of a Bash line, whatever its unknown
+    /// words hold (an unknown may only be swallowed by a `*`).
+    pub fn covers(&self, cmd: &Command) -> bool {
+        match &self.pattern {
+            None => true,
+            Some(p) => cmd.forms(true).iter().any(|f| matches_all(p, f)),
+        }
+    }
+
+    /// For allow rules on a non-Bash call: same tool, and for a file tool the resolved path
+    /// matches (a path herd could not resolve is never allowed by a pattern).
+    pub fn allows(&self, call: &Call) -> bool {
+        if self.tool != call.tool {
+            return false;
+        }
+        let Some(p) = &self.pattern else { return true };
+        match &call.path {
+            Some(path) if FILE_TOOLS.contains(&call.tool.as_str()) => {
+                if path.given.is_none() && path.canonical.is_none() {
+                    return matches_anything(p);
+                }
+                path_matches(p, path, call.cwd.as_deref(), true)
+            }
+            _ => call.main_input.as_deref().is_some_and(|i| glob_or_prefix(p, i)),
+        }
+    }
+
+    /// For allow rules: this rule alone allows the call (see [`super::Policy::evaluate`]).
     pub fn permits(&self, call: &Call) -> bool {
-        let (Some(p), Some(input)) = (&self.pattern, &call.main_input) else {
-            return self.matches(call);
-        };
-        if self.tool != call.tool || call.tool != "bash" {
-            return self.matches(call);
-        }
-        if !p.contains(['*', '?']) && p.trim() == input.trim() {
-            return true;
-        }
-        let line = shell::command_line(input);
-        !line.opaque
-            && !line.commands.is_empty()
-            && line.commands.iter().all(|c| self.matches_text(p, call, c))
+        let p = super::Policy { allow: vec![self.clone()], ..super::Policy::default() };
+        p.allowed_by(call).is_some()
     }
+}
 
-    fn matches_text(&self, pattern: &str, call: &Call, input: &str) -> bool {
-        if let Some(prefix) = pattern.strip_suffix(":*") {
-            // Claude Code's legacy prefix form: `Bash(npm run test:*)`.
-            return input.starts_with(prefix);
-        }
-        if FILE_TOOLS.contains(&call.tool.as_str())
-            && !pattern.starts_with('/')
-            && let Some(cwd) = &call.cwd
-            && let Ok(rel) = Path::new(input).strip_prefix(cwd)
-            && glob_match(pattern, &rel.to_string_lossy())
-        {
-            return true;
-        }
-        glob_match(pattern, input)
+/// A pattern without `*` or `?`: a Bash allow rule of it allows exactly that line.
+pub(crate) fn is_literal_line(pattern: &str) -> bool {
+    !pattern.contains(['*', '?'])
+}
+
+fn glob_or_prefix(pattern: &str, input: &str) -> bool {
+    match pattern.strip_suffix(":*") {
+        Some(prefix) => input.starts_with(prefix),
+        None => command_glob(pattern, input),
     }
+}
+
+/// A relative pattern matched against a path under the working directory.
+fn relative(pattern: &str, cwd: Option<&Path>, input: &str) -> bool {
+    !pattern.starts_with('/')
+        && cwd.is_some_and(|cwd| {
+            Path::new(input)
+                .strip_prefix(cwd)
+                .is_ok_and(|r| glob_match(pattern, &r.to_string_lossy()))
+        })
+}
+
+fn judge_line(pattern: &str, line: &BashLine) -> Verdict {
+    let mut verdict = if line.is_provable() { Verdict::No } else { Verdict::Maybe };
+    for cmd in &line.commands {
+        for form in cmd.forms(false) {
+            if cmd.role != super::bash::Role::Guess && matches_all(pattern, &form) {
+                return Verdict::Yes;
+            }
+            if matches_some(pattern, &form) {
+                verdict = Verdict::Maybe;
+            }
+        }
+    }
+    verdict
+}
+
+/// `a/./b/../c` → `a/c`, lexically.
+fn lexical(p: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in p.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                out.pop();
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// The given path, and absolute under the working directory when relative.
+fn path_forms(path: &PathRef, cwd: Option<&Path>) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Some(g) = &path.given {
+        out.push(g.clone());
+        if let Some(cwd) = cwd {
+            out.push(lexical(&cwd.join(g)).to_string_lossy().into_owned());
+        }
+    }
+    out
+}
+
+/// The pattern matches the path: as given or resolved (deny, ask), or resolved only (allow).
+fn path_matches(pattern: &str, path: &PathRef, cwd: Option<&Path>, resolved_only: bool) -> bool {
+    let mut forms = if resolved_only { Vec::new() } else { path_forms(path, cwd) };
+    forms.extend(path.canonical.as_ref().map(|c| c.to_string_lossy().into_owned()));
+    forms.iter().any(|f| glob_match(pattern, f) || relative(pattern, cwd, f))
 }
 
 impl fmt::Display for Rule {
@@ -183,31 +344,6 @@ impl FromStr for Rule {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         Rule::parse(s)
     }
-}
-
-/// Glob: `*` is any run of characters (`/` and spaces included), `?` one character, the rest
-/// literal. Linear in time (the classic two-pointer walk with one backtrack point).
-pub fn glob_match(pattern: &str, text: &str) -> bool {
-    let p: Vec<char> = pattern.chars().collect();
-    let t: Vec<char> = text.chars().collect();
-    let (mut pi, mut ti) = (0usize, 0usize);
-    let mut star: Option<(usize, usize)> = None;
-    while ti < t.len() {
-        if pi < p.len() && (p[pi] == '?' || (p[pi] != '*' && p[pi] == t[ti])) {
-            pi += 1;
-            ti += 1;
-        } else if pi < p.len() && p[pi] == '*' {
-            star = Some((pi, ti));
-            pi += 1;
-        } else if let Some((sp, st)) = star {
-            pi = sp + 1;
-            ti = st + 1;
-            star = Some((sp, st + 1));
-        } else {
-            return false;
-        }
-    }
-    p[pi..].iter().all(|&c| c == '*')
 }
 
 #[cfg(test)]
@@ -256,14 +392,37 @@ mod tests {
     }
 
     #[test]
-    fn globs() {
-        assert!(glob_match("*", ""));
-        assert!(glob_match("a*b?d", "axxxbcd"));
-        assert!(!glob_match("a*b?d", "axxxbd"));
-        assert!(glob_match("**", "a/b/c"));
-        // Pathological patterns stay fast.
-        let text = "a".repeat(10_000);
-        assert!(!glob_match(&format!("{}b", "*a".repeat(50)), &text));
+    fn deny_rules_bind_the_edit_family_and_searches_under_read() {
+        let cwd = Path::new("/repo");
+        let call = |tool: &str, input: Value| Call::new(tool, &input, Some(cwd));
+        let edit = Rule::parse("Edit(secret/*)").unwrap();
+        for tool in ["Write", "Edit", "MultiEdit"] {
+            let c = call(tool, json!({"file_path": "/repo/secret/k"}));
+            assert_eq!(edit.judge(&c), Verdict::Yes, "{tool}");
+        }
+        let nb = call("NotebookEdit", json!({"notebook_path": "secret/n.ipynb"}));
+        assert_eq!(Rule::parse("Write(/repo/secret/*)").unwrap().judge(&nb), Verdict::Yes);
+        assert_eq!(edit.judge(&call("Read", json!({"file_path": "/repo/secret/k"}))), Verdict::No);
+        // A resolved path counts for deny rules: a symlink's target.
+        let mut w = call("Write", json!({"file_path": "/repo/link/k"}));
+        assert_eq!(edit.judge(&w), Verdict::No);
+        w.paths_mut().for_each(|p| p.canonical = Some("/repo/secret/k".into()));
+        assert_eq!(edit.judge(&w), Verdict::Yes);
+        // Read rules and searches: the path itself, or a directory that may hold a match.
+        let read = Rule::parse("Read(*.env)").unwrap();
+        let grep = |path: &str| call("Grep", json!({"pattern": "x", "path": path}));
+        assert_eq!(read.judge(&grep("/repo/.env")), Verdict::Yes);
+        assert_eq!(read.judge(&grep("/repo")), Verdict::Maybe);
+        assert_eq!(read.judge(&call("Grep", json!({"pattern": "x"}))), Verdict::No);
+        assert_eq!(Rule::parse("Grep(*.env)").unwrap().judge(&grep("/repo/.env")), Verdict::No);
+        // Allow rules need the resolved path.
+        let allow = Rule::parse("Write(/repo/*)").unwrap();
+        let mut w = call("Write", json!({"file_path": "/repo/a"}));
+        assert!(!allow.allows(&w), "unresolved");
+        w.paths_mut().for_each(|p| p.canonical = Some("/etc/a".into()));
+        assert!(!allow.allows(&w), "a symlink out of /repo");
+        w.paths_mut().for_each(|p| p.canonical = Some("/repo/a".into()));
+        assert!(allow.allows(&w));
     }
 
     proptest! {
@@ -271,15 +430,6 @@ mod tests {
         fn normalisation_is_idempotent(s in ".{0,40}") {
             let once = normalize_tool(&s);
             prop_assert_eq!(normalize_tool(&once), once.clone());
-        }
-
-        #[test]
-        fn star_matches_everything_and_literals_only_themselves(s in "[^*?]{0,40}", t in ".{0,40}") {
-            prop_assert!(glob_match("*", &t));
-            prop_assert!(glob_match(&s, &s));
-            prop_assert_eq!(glob_match(&s, &t), s == t);
-            let wrapped = format!("*{s}*");
-            prop_assert_eq!(glob_match(&wrapped, &t), t.contains(&s));
         }
 
         #[test]

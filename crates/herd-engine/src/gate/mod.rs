@@ -3,7 +3,9 @@
 
 pub(crate) mod calls;
 pub mod hooks;
+mod paths;
 mod permissions;
+mod protect;
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -19,6 +21,7 @@ use herd_store::{NewAudit, NewPermissionRequest, Store, WriterHandle, now_ms};
 use serde_json::{Value, json};
 
 pub use hooks::{DEFAULT_HOOK_TIMEOUT, HookDef, HookEnv, HookEvent, HookOutcome, run_hook};
+pub use paths::canonical;
 pub use permissions::Permissions;
 pub(crate) use permissions::granted_env;
 
@@ -123,6 +126,10 @@ pub(crate) struct Gate {
     cwd: PathBuf,
     state: Mutex<GateState>,
     answers: Arc<Answers>,
+    /// The paths no rule may let the agent write; set once the run's workspace is known.
+    protected: std::sync::OnceLock<crate::protected::Protected>,
+    /// A sandbox confines the run (then a write herd cannot place is left to it).
+    sandboxed: bool,
 }
 
 /// Fields of an audit entry about one call.
@@ -160,6 +167,7 @@ impl Gate {
         let mut layers = inherited.to_vec();
         layers.push(own);
         let approver = perms.auto_approve.clone().map(|c| AutoApprover::new(c, now()));
+        let sandboxed = matches!(perms.confine.decide(), crate::sandbox::Decision::Confine(_));
         Self {
             perms,
             layers,
@@ -170,6 +178,36 @@ impl Gate {
             cwd,
             state: Mutex::new(GateState { approver, ..GateState::default() }),
             answers,
+            protected: std::sync::OnceLock::new(),
+            sandboxed,
+        }
+    }
+
+    /// The run's protected paths (its workspace is ready): calls that write one go to a person.
+    pub fn protect(&self, protected: crate::protected::Protected) {
+        let _ = self.protected.set(protected);
+    }
+
+    /// Why `call` must go to a person whatever the rules say: it writes a protected path, or,
+    /// with no sandbox around the run, somewhere herd cannot place.
+    fn must_ask(&self, call: &Call) -> Option<String> {
+        let home = std::env::var_os("HOME").map(PathBuf::from);
+        let cwd = call.cwd.as_deref().unwrap_or(&self.cwd);
+        let touch = match self.protected.get() {
+            Some(p) => protect::touches(call, p, cwd, home.as_deref()),
+            None => protect::Touch::Unknown("the run's protected paths are not known yet".into()),
+        };
+        match touch {
+            protect::Touch::None => None,
+            protect::Touch::Protected { path, how } => Some(format!(
+                "{how}: herd protects {} and no rule or auto-approve lets an agent write there",
+                path.display()
+            )),
+            protect::Touch::Unknown(_) if self.sandboxed => None,
+            protect::Touch::Unknown(why) => Some(format!(
+                "{why}, and no sandbox confines this run: herd cannot tell whether it writes a \
+                 path it protects"
+            )),
         }
     }
 
@@ -190,7 +228,13 @@ impl Gate {
         let mut out: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
         out.insert("bash".into());
         for layer in &self.layers {
-            out.extend(layer.deny.iter().chain(&layer.ask).map(|r| r.tool.clone()));
+            for r in layer.deny.iter().chain(&layer.ask) {
+                out.insert(r.tool.clone());
+                // A Read rule binds searches of a path too.
+                if r.tool == "read" {
+                    out.extend(["grep".to_owned(), "glob".to_owned()]);
+                }
+            }
         }
         out.extend(lock(&self.perms.grants).tool_names());
         let counted = self.perms.auto_approve.is_some();
@@ -239,7 +283,8 @@ impl Gate {
         &self,
         req: &ToolRequest,
     ) -> Result<PermissionAnswer, herd_store::StoreError> {
-        let call = Call::new(&req.tool, &req.input, Some(&self.cwd));
+        let mut call = Call::new(&req.tool, &req.input, Some(&self.cwd));
+        paths::resolve(&mut call, &self.cwd);
         let granted = lock(&self.perms.grants).valid_tools(now());
         let decision = {
             let st = lock(&self.state);
@@ -256,6 +301,7 @@ impl Gate {
         if let Decision::Deny { by } = decision {
             return self.deny(req, "permission_decision", by, None).await;
         }
+        let protected = self.must_ask(&call);
         for hook in self.hooks(HookEvent::PreToolUse, &req.tool) {
             let payload = json!({
                 "hook_event_name": "PreToolUse", "subagent_id": self.subagent.as_str(),
@@ -266,6 +312,9 @@ impl Gate {
                 let by = format!("PreToolUse hook `{}`: {reason}", hook.command);
                 return self.deny(req, "hook_veto", by, None).await;
             }
+        }
+        if let Some(why) = protected {
+            return self.ask_person(req, why).await;
         }
         match decision {
             Decision::Allow { by } => self.allow(req, "permission_decision", by, None).await,

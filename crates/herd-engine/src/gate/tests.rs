@@ -11,6 +11,7 @@ use herd_store::{AuditFilter, StatePaths, Store, Writer};
 use serde_json::json;
 
 use super::*;
+use crate::gate::canonical;
 
 struct Fixture {
     _dir: tempfile::TempDir,
@@ -46,7 +47,7 @@ fn fixture() -> Fixture {
 }
 
 fn gate(f: &Fixture, perms: Permissions, inherited: &[Policy], spec: &RunSpec) -> Arc<Gate> {
-    Arc::new(Gate::new(
+    protecting_nothing(Gate::new(
         perms,
         inherited,
         spec,
@@ -57,6 +58,12 @@ fn gate(f: &Fixture, perms: Permissions, inherited: &[Policy], spec: &RunSpec) -
         std::env::temp_dir(),
         Default::default(),
     ))
+}
+
+/// A gate for testing rules: no path is protected.
+fn protecting_nothing(g: Gate) -> Arc<Gate> {
+    g.protect(crate::protected::Protected::default());
+    Arc::new(g)
 }
 
 fn bash(cmd: &str) -> ToolRequest {
@@ -226,4 +233,172 @@ fn what_the_cli_must_always_ask_about() {
         gate(&f, auto, &[], &spec).ask_first(&tools),
         ["bash", "grep", "read", "webfetch", "write"]
     );
+}
+
+fn file_call(tool: &str, key: &str, path: &std::path::Path) -> ToolRequest {
+    ToolRequest {
+        request_id: format!("{tool}-{}", path.display()),
+        tool: tool.into(),
+        input: json!({ key: path, "content": "", "old_string": "a", "new_string": "b" }),
+        tool_use_id: None,
+        agent_id: None,
+    }
+}
+
+/// A gate whose run works in `cwd`.
+fn gate_in(f: &Fixture, spec: &RunSpec, cwd: &std::path::Path) -> Arc<Gate> {
+    let perms = Permissions { ask_timeout: Duration::from_secs(1), ..Permissions::default() };
+    protecting_nothing(Gate::new(
+        perms,
+        &[],
+        spec,
+        f.writer.handle(),
+        f.store.clone(),
+        f.id.clone(),
+        HookEnv::default(),
+        cwd.to_path_buf(),
+        Default::default(),
+    ))
+}
+
+#[tokio::test(start_paused = true)]
+async fn path_rules_see_through_symlinks_and_bind_the_edit_family() {
+    let f = fixture();
+    let dir = tempfile::tempdir().unwrap();
+    let root = canonical(std::path::Path::new("/"), dir.path(), None).unwrap();
+    std::fs::create_dir_all(root.join("secret")).unwrap();
+    std::fs::create_dir_all(root.join("ok")).unwrap();
+    std::fs::write(root.join("secret/key"), "k").unwrap();
+    std::os::unix::fs::symlink("secret", root.join("link")).unwrap();
+    std::os::unix::fs::symlink(root.join("secret/new"), root.join("ok/dangling")).unwrap();
+    let spec = |allow: &[&str], deny: &[&str]| RunSpec {
+        allow: allow.iter().map(|s| s.to_string()).collect(),
+        deny: deny.iter().map(|s| s.to_string()).collect(),
+        ..RunSpec::default()
+    };
+
+    // Deny rules match the resolved path, also for files not yet created.
+    let g = gate_in(
+        &f,
+        &spec(&["Write", "Read", "Edit"], &["Write(*/secret/*)", "Read(*/secret/*)"]),
+        &root,
+    );
+    assert!(!decide(&g, file_call("Write", "file_path", &root.join("link/x"))).await);
+    assert!(!decide(&g, file_call("Write", "file_path", &root.join("ok/dangling"))).await);
+    assert!(!decide(&g, file_call("Read", "file_path", &root.join("link/key"))).await);
+    assert!(
+        !decide(&g, file_call("Write", "file_path", std::path::Path::new("link/y"))).await,
+        "relative"
+    );
+    assert!(decide(&g, file_call("Write", "file_path", &root.join("ok/a.txt"))).await);
+    assert!(decide(&g, file_call("Read", "file_path", &root.join("ok/a.txt"))).await);
+    // A Write deny binds Edit, MultiEdit, NotebookEdit; an Edit deny binds Write.
+    assert!(!decide(&g, file_call("Edit", "file_path", &root.join("link/key"))).await);
+    assert!(!decide(&g, file_call("MultiEdit", "file_path", &root.join("secret/key"))).await);
+    assert!(
+        !decide(&g, file_call("NotebookEdit", "notebook_path", &root.join("link/n.ipynb"))).await
+    );
+    let g = gate_in(&f, &spec(&["Write"], &["Edit(*/secret/*)"]), &root);
+    assert!(!decide(&g, file_call("Write", "file_path", &root.join("link/x"))).await);
+    assert!(decide(&g, file_call("Write", "file_path", &root.join("ok/x"))).await);
+
+    // Allow rules match the resolved path only: `ok/../secret` is not under ok/.
+    let ok = format!("Write({}/ok/*)", root.display());
+    let g = gate_in(&f, &spec(&[&ok], &[]), &root);
+    assert!(decide(&g, file_call("Write", "file_path", &root.join("ok/x"))).await);
+    assert!(!decide(&g, file_call("Write", "file_path", &root.join("ok/../secret/x"))).await);
+    assert!(!decide(&g, file_call("Write", "file_path", &root.join("ok/dangling"))).await);
+
+    // A Bash redirection is a write of its resolved path.
+    let g = gate_in(&f, &spec(&["Bash", "Write"], &["Write(*/secret/*)"]), &root);
+    assert!(!decide(&g, bash("echo x > link/y")).await);
+    assert!(!decide(&g, bash("echo x >> ok/dangling")).await);
+    assert!(decide(&g, bash("echo x > ok/y 2>&1")).await);
+    let g = gate_in(&f, &spec(&["Bash(echo *)"], &[]), &root);
+    assert!(!decide(&g, bash("echo x > ok/y")).await, "no rule allows the write: asked");
+    assert!(decide(&g, bash("echo x > /dev/null")).await);
+
+    // A search of a directory holding denied files is asked about (nobody answers: denied).
+    let g = gate_in(&f, &spec(&["Grep", "Read"], &["Read(*/secret/*)"]), &root);
+    let grep = |p: &std::path::Path| ToolRequest {
+        request_id: format!("grep-{}", p.display()),
+        tool: "Grep".into(),
+        input: json!({"pattern": "k", "path": p}),
+        tool_use_id: None,
+        agent_id: None,
+    };
+    assert!(!decide(&g, grep(&root.join("link"))).await);
+    assert!(!decide(&g, grep(&root)).await);
+    f.writer.handle().flush().await.unwrap();
+    let rows = f.store.lock().unwrap().audit(&AuditFilter::default()).unwrap();
+    let last = rows.iter().rev().find(|r| r.event_type == "permission_request").unwrap();
+    assert!(last.decided_by.as_deref().unwrap().contains("might match"), "{last:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_protected_path_goes_to_a_person_whatever_the_rules_say() {
+    let f = fixture();
+    let dir = tempfile::tempdir().unwrap();
+    let root = canonical(std::path::Path::new("/"), dir.path(), None).unwrap();
+    std::fs::create_dir_all(root.join(".herd")).unwrap();
+    let spec = RunSpec {
+        allow: vec!["Bash".into(), "Write".into()],
+        deny: vec!["Bash(rm *)".into()],
+        ..RunSpec::default()
+    };
+    let perms = Permissions {
+        auto_approve: Some(AutoApproveConfig::default()),
+        ask_timeout: Duration::from_secs(5),
+        ..Permissions::default()
+    };
+    let g = Arc::new(Gate::new(
+        perms,
+        &[],
+        &spec,
+        f.writer.handle(),
+        f.store.clone(),
+        f.id.clone(),
+        HookEnv::default(),
+        root.clone(),
+        Default::default(),
+    ));
+    let roots = crate::protected::Roots {
+        cwd: root.clone(),
+        state_dir: root.join(".herd"),
+        ..Default::default()
+    };
+    g.protect(crate::protected::Protected::new(&roots, None));
+    let config = root.join(".herd/config.yml");
+
+    // Allowed by a rule, auto-approve on: still asked, and nobody answers.
+    let started = tokio::time::Instant::now();
+    assert!(!decide(&g, file_call("Write", "file_path", &config)).await);
+    assert!(started.elapsed() >= Duration::from_secs(5), "it was asked");
+    assert!(!decide(&g, bash("echo '{allow: [Bash]}' > .herd/config.yml")).await);
+    assert!(decide(&g, bash("echo hi > notes.txt")).await, "other writes follow the rules");
+    // A deny rule denies at once.
+    let started = tokio::time::Instant::now();
+    assert!(!decide(&g, bash("rm .herd/herd.db")).await);
+    assert_eq!(started.elapsed(), Duration::ZERO);
+
+    f.writer.handle().flush().await.unwrap();
+    let rows = f.store.lock().unwrap().audit(&AuditFilter::default()).unwrap();
+    let asked: Vec<_> = rows.iter().filter(|r| r.event_type == "permission_request").collect();
+    assert_eq!(asked.len(), 2, "{rows:?}");
+    let why = asked[0].decided_by.as_deref().unwrap();
+    assert!(why.contains(".herd") && why.contains("herd protects"), "{why}");
+
+    // A person may allow it.
+    let g2 = g.clone();
+    let call =
+        tokio::spawn(async move { decide(&g2, file_call("Write", "file_path", &config)).await });
+    let id = loop {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let pending = f.store.lock().unwrap().pending_requests(None).unwrap();
+        if let Some(r) = pending.first() {
+            break r.id.clone();
+        }
+    };
+    f.store.lock().unwrap().answer_request(&id, true, false, None, "tester").unwrap();
+    assert!(call.await.unwrap(), "a person's yes allows it");
 }

@@ -1,6 +1,7 @@
 //! One subagent run, start to close: persist it, prepare its workspace, start the agent under
 //! the guard with its environment and tool settings, then hand it to [`state`] to the end.
 
+mod output;
 mod state;
 
 use std::path::PathBuf;
@@ -38,6 +39,9 @@ pub struct TaskRequest {
     pub timeout: Duration,
     /// Cut the result text to this many bytes (the transcript keeps everything).
     pub max_output_bytes: Option<u64>,
+    /// Store at most this many bytes of the run's output (events, transcript, stderr log);
+    /// past it output is dropped with an `output_limit` event.
+    pub max_stored_bytes: u64,
     /// Rules, auto-approve, hooks and grants for the agent's tool calls.
     pub permissions: Permissions,
     /// Where the agent works: the directory as is (optionally locked) or an isolated worktree.
@@ -365,6 +369,19 @@ impl Engine {
                 }
             }
         }
+        let home = env.0.iter().find(|(k, _)| k == "HOME").map(|(_, v)| PathBuf::from(v));
+        let roots = crate::protected::Roots {
+            cwd: req.cwd.canonicalize().unwrap_or_else(|_| req.cwd.clone()),
+            worktree: match &req.workspace {
+                WorkspaceReq::Isolated(spec) => Some(spec.path.clone()),
+                WorkspaceReq::Shared { .. } => None,
+            },
+            git: layout.as_ref(),
+            state_dir: self.paths().root.clone(),
+            protect: &req.permissions.confine.protect,
+            user_config: crate::protected::user_config(),
+        };
+        run.calls.gate.protect(crate::protected::Protected::new(&roots, home.as_deref()));
         if let Decision::Unconfined { reason, warn } = &decision {
             if *warn {
                 crate::sandbox::warn_once(reason);

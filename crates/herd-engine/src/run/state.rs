@@ -12,6 +12,7 @@ use tokio::io::AsyncReadExt;
 use tokio::sync::watch;
 use tokio::time::{Instant as TInstant, sleep_until};
 
+use super::output::{Budget, coalesce_stderr, coalesce_text};
 use super::{Ended, Progress, StopLevel, TaskReport, TaskRequest};
 use crate::gate::HookEvent;
 use crate::gate::calls::Calls;
@@ -50,7 +51,7 @@ struct Observed {
 }
 
 /// A command backend's collected stdout is capped at this, whatever `--max-output-kb` says.
-const TEXT_CAP: usize = 16 << 20;
+const TEXT_CAP: usize = 4 << 20;
 
 pub(super) struct RunState<'e> {
     engine: &'e Engine,
@@ -80,6 +81,12 @@ pub(super) struct RunState<'e> {
     pub(super) calls: Calls,
     /// An isolated run: on success its work is committed and waits for the merge.
     merge_gate: Option<IsolatedSpec>,
+    /// What of its output is stored (bounded by `max_stored_output`).
+    budget: Budget,
+    /// Bytes of stderr kept in its log file.
+    stderr_bytes: u64,
+    /// A file beside the run (transcript, stderr log) stopped at the bound.
+    files_cut: bool,
     /// The sandbox's placeholder directories, held until the agent is gone.
     pub(super) placeholders: Option<crate::sandbox::Placeholders>,
     /// The repository's refs before the agent started, compared when it has ended.
@@ -123,6 +130,9 @@ impl<'e> RunState<'e> {
             },
             placeholders: None,
             refs: None,
+            budget: Budget::new(req.max_stored_bytes),
+            stderr_bytes: 0,
+            files_cut: false,
         })
     }
 
@@ -240,7 +250,11 @@ impl<'e> RunState<'e> {
                         out_split.finish(|p| self.piece(p, &mut evs, cfg.max_line_bytes));
                         self.emit(child, evs).await?;
                     } else {
-                        self.transcript.write(&out_buf[..n])?;
+                        if self.budget.file_room(self.transcript.bytes(), n) {
+                            self.transcript.write(&out_buf[..n])?;
+                        } else {
+                            self.files_cut = true;
+                        }
                         let mut evs = Vec::new();
                         out_split.push(&out_buf[..n], |p| self.piece(p, &mut evs, cfg.max_line_bytes));
                         self.transcript.flush()?;
@@ -273,11 +287,15 @@ impl<'e> RunState<'e> {
                                 .open(self.engine.paths().stderr_log(&self.id))
                                 .ok();
                         }
-                        if let Some(f) = self.stderr_log.as_mut() {
+                        if !self.budget.file_room(self.stderr_bytes, n) {
+                            self.files_cut = true;
+                        } else if let Some(f) = self.stderr_log.as_mut() {
                             let _ = std::io::Write::write_all(f, &err_buf[..n]);
+                            self.stderr_bytes += n as u64;
                         }
                         err_split.push(&err_buf[..n], &mut line);
                     }
+                    let evs = self.budget.keep(coalesce_stderr(evs));
                     self.engine.writer().append(&self.id, evs).await?;
                 }
                 msg = child.next_msg(), if !exited => {
@@ -353,6 +371,10 @@ impl<'e> RunState<'e> {
             Piece::Line(l) => self.decoder.decode(l, evs),
             Piece::TooLong(bytes) => {
                 self.obs.lines_over_limit += 1;
+                // A program's result is its output: a line skipped is a result cut.
+                if self.backend.kind() == BackendKind::Command {
+                    self.obs.text_capped = true;
+                }
                 evs.push(Decoded::top(AgentEvent::LineTooLong { bytes, limit: limit as u64 }));
             }
         }
@@ -391,18 +413,27 @@ impl<'e> RunState<'e> {
                     tool = Some(name.clone());
                 }
                 AgentEvent::Text { text } if self.backend.kind() == BackendKind::Command => {
-                    if self.obs.text.len() + text.len() < TEXT_CAP {
-                        if !self.obs.text.is_empty() {
+                    // Keep what fits; past the cap the result says it was cut.
+                    let sep = usize::from(!self.obs.text.is_empty());
+                    let room = TEXT_CAP.saturating_sub(self.obs.text.len() + sep);
+                    if text.len() > room {
+                        self.obs.text_capped = true;
+                    }
+                    if room > 0 {
+                        if sep == 1 {
                             self.obs.text.push('\n');
                         }
-                        self.obs.text.push_str(text);
-                    } else {
-                        self.obs.text_capped = true;
+                        self.obs.text.push_str(herd_core::truncate_str(text, room));
                     }
                 }
                 _ => {}
             }
         }
+        let evs = match self.backend.kind() {
+            BackendKind::Command => coalesce_text(evs),
+            _ => evs,
+        };
+        let evs = self.budget.keep(evs);
         let n = evs.len() as u64;
         self.engine.writer().append(&self.id, evs).await?;
         self.pending.events += n;
@@ -666,6 +697,9 @@ impl<'e> RunState<'e> {
                 turns: num_turns,
                 transcript_bytes: self.transcript.bytes(),
                 lines_over_limit: obs.lines_over_limit,
+                output_dropped_events: self.budget.dropped_events,
+                output_dropped_bytes: self.budget.dropped_bytes,
+                files_cut: self.files_cut,
             }
             .write(self.engine.paths(), &self.id)?;
         }

@@ -169,8 +169,7 @@ struct RunSetup<'a> {
 fn wrap(inv: Invocation, s: &RunSetup<'_>) -> Result<(Invocation, Placeholders), String> {
     let var = |k: &str| s.env.iter().find(|(ek, _)| ek == k).map(|(_, v)| v.as_str());
     let home = var("HOME").map(PathBuf::from);
-    let user_config =
-        crate::agents::user_agents_dir().and_then(|d| d.parent().map(Path::to_path_buf));
+    let user_config = crate::protected::user_config();
     let inputs = plan::Inputs {
         bwrap: s.bwrap,
         init: s.herd,

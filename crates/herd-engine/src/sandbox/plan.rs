@@ -127,9 +127,6 @@ pub struct Inputs<'a> {
     pub uid: u32,
 }
 
-/// Project-level files where an agent CLI looks for settings, hooks and MCP servers.
-const PROJECT_NAMES: &[&str] = &[".herd", ".claude", ".gemini", ".codex", ".mcp.json"];
-
 /// Files under claude's state directory that configure it (hooks, permissions, MCP servers) or
 /// hold code or instructions it runs; the first two get a placeholder when missing.
 const CLAUDE_PROTECTED: &[&str] = &[
@@ -189,22 +186,15 @@ pub fn build(i: &Inputs<'_>) -> Result<(SandboxPlan, Placeholders), String> {
     let inside = |p: &Path| writable.iter().any(|w| p.starts_with(w));
 
     // Protected: (path, may get a placeholder when missing).
-    let mut protected: Vec<(PathBuf, bool)> = vec![(canon(i.state_dir), false)];
-    protected.extend(i.protect.iter().map(|p| (canon(p), true)));
-    if let Some(u) = &i.user_config {
-        protected.push((canon(u), true));
-    }
-    let mut roots = vec![cwd.clone()];
-    roots.extend(i.worktree.map(canon));
-    roots.extend(i.git.map(|g| g.top.clone()));
-    roots.sort();
-    roots.dedup();
-    for r in &roots {
-        protected.extend(PROJECT_NAMES.iter().map(|n| (r.join(n), true)));
-    }
-    if let Some(g) = i.git {
-        protected.extend(git_protected(g));
-    }
+    let roots = crate::protected::Roots {
+        cwd: cwd.clone(),
+        worktree: i.worktree.map(Path::to_path_buf),
+        git: i.git,
+        state_dir: i.state_dir.to_path_buf(),
+        protect: i.protect,
+        user_config: i.user_config.clone(),
+    };
+    let mut protected = crate::protected::common(&roots);
     if let Some(h) = &home {
         // A working directory that holds HOME does not make HOME writable: start-up files,
         // ~/.ssh, ~/.gitconfig, ~/.claude.json stay as they are (the CLI state below is bound
@@ -267,53 +257,6 @@ pub fn build(i: &Inputs<'_>) -> Result<(SandboxPlan, Placeholders), String> {
     let plan =
         SandboxPlan { bwrap: i.bwrap.to_path_buf(), init: canon(i.init), cwd, mounts, tmpdir };
     Ok((plan, holders))
-}
-
-/// In a repository's git dirs: what runs code (config, hooks, submodules' config and hooks),
-/// what points a worktree at its repository (`.git` files, `commondir`, `gitdir`), and the
-/// other worktrees' HEAD, index and HEAD reflog (not the agent's; the reflogs tell whose a
-/// moved ref is). The objects and refs stay writable: the agent commits on its own branch.
-fn git_protected(g: &Layout) -> Vec<(PathBuf, bool)> {
-    let mut out = vec![(g.common.join("config"), false), (g.common.join("hooks"), true)];
-    modules(&g.common.join("modules"), 0, &mut out);
-    if let Some(f) = &g.gitfile {
-        out.push((f.clone(), false));
-    }
-    if g.is_linked() {
-        for n in ["commondir", "gitdir", "config.worktree"] {
-            out.push((g.git_dir.join(n), false));
-        }
-        for n in ["HEAD", "index", "logs/HEAD"] {
-            out.push((g.common.join(n), false));
-        }
-    }
-    if let Ok(entries) = std::fs::read_dir(g.common.join("worktrees")) {
-        for e in entries.flatten() {
-            let p = e.path();
-            if p != g.git_dir {
-                out.push((p, false));
-            }
-        }
-    }
-    out
-}
-
-/// Submodules' git dirs (`modules/<name>`, nested): their config and hooks.
-fn modules(dir: &Path, depth: u32, out: &mut Vec<(PathBuf, bool)>) {
-    let Ok(entries) = std::fs::read_dir(dir) else { return };
-    for e in entries.flatten() {
-        let p = e.path();
-        if p.join("config").is_file() {
-            out.push((p.join("config"), false));
-            out.push((p.join("hooks"), false));
-            if depth < 4 {
-                modules(&p.join("modules"), depth + 1, out);
-            }
-        } else if p.is_dir() && depth < 8 {
-            // Submodule names may have slashes.
-            modules(&p, depth + 1, out);
-        }
-    }
 }
 
 /// The mode that marks herd's placeholder directories (an empty, read-only directory).

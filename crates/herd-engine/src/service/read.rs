@@ -240,38 +240,87 @@ impl Service {
         a: Answer,
         caller: &Caller,
     ) -> Result<PermissionRequestView, ApiError> {
-        let id = {
+        // Ok(id): decided now; Err((id, run, why, stale)): refused (`stale`: still pending,
+        // but its run has ended, its herd gone before expiring it).
+        let decided = {
             let mut store = self.engine.store();
             let id = store.resolve_request(request.trim())?;
             let row = store
                 .permission_request(&id)?
                 .ok_or_else(|| ApiError::not_found(format!("no permission request {request}")))?;
+            let run = row.subagent_id.clone();
+            let ended = match run.parse::<SubagentId>() {
+                Ok(r) => store.get(&r)?.is_none_or(|r| r.status.is_terminal()),
+                Err(_) => true,
+            };
             if row.status != "pending" {
-                return Err(ApiError::precondition(format!(
-                    "{id} was already decided ({}); nothing changed",
-                    row.status
-                )));
-            }
-            let run: SubagentId =
-                row.subagent_id.parse().map_err(|e| ApiError::internal(format!("{e}")))?;
-            if store.get(&run)?.is_none_or(|r| r.status.is_terminal()) {
-                return Err(ApiError::precondition(format!(
-                    "{id} belongs to {run}, which has ended; nothing to answer"
-                )));
-            }
-            match store.answer_request(&id, a.allow, a.always, a.reason.as_deref(), &caller.who)? {
-                Answered::Decided => id,
-                Answered::AlreadyDecided(status) => {
-                    return Err(ApiError::precondition(format!(
-                        "{id} was already decided ({status}); nothing changed"
-                    )));
+                let why = match row.status.as_str() {
+                    "cancelled" => "was cancelled: its run ended".to_owned(),
+                    s => format!("was already decided ({s})"),
+                };
+                Err((id, run, why, false))
+            } else if ended {
+                Err((id, run, "belongs to a run that has ended".to_owned(), true))
+            } else {
+                match store.answer_request(
+                    &id,
+                    a.allow,
+                    a.always,
+                    a.reason.as_deref(),
+                    &caller.who,
+                )? {
+                    Answered::Decided => Ok(id),
+                    Answered::AlreadyDecided(s) => {
+                        Err((id, run, format!("was already decided ({s})"), false))
+                    }
                 }
+            }
+        };
+        let id = match decided {
+            Ok(id) => id,
+            Err((id, run, why, stale)) => {
+                return Err(self.refuse(&id, &run, &a, caller, &why, stale).await);
             }
         };
         self.engine.answers().announce(&id);
         let row = self.engine.store().permission_request(&id)?;
         row.map(PermissionRequestView::from)
             .ok_or_else(|| ApiError::not_found(format!("no permission request {id}")))
+    }
+
+    /// A refused answer: audited (who tried, what), a `stale` request (its run ended without
+    /// expiring it) closed as expired; the caller gets the error.
+    async fn refuse(
+        &self,
+        id: &str,
+        run: &str,
+        a: &Answer,
+        caller: &Caller,
+        why: &str,
+        stale: bool,
+    ) -> ApiError {
+        let refused = ApiError::precondition(format!("{id} {why}; nothing changed"));
+        let writer = self.engine.writer();
+        if stale
+            && let Err(e) = writer.close_permission_request(id, "expired", "the run ended").await
+        {
+            return e.into();
+        }
+        let audited = writer
+            .audit(NewAudit {
+                event_type: "permission_answer_refused",
+                severity: "warn",
+                subagent_id: Some(run.to_owned()),
+                decision: Some(if a.allow { "allow" } else { "deny" }),
+                decided_by: Some(caller.who.clone()),
+                details: Some(json!({"request": id, "reason": why})),
+                ..Default::default()
+            })
+            .await;
+        match audited {
+            Ok(()) => refused,
+            Err(e) => e.into(),
+        }
     }
 
     /// Tool calls waiting for a person: of one run, or of every run.

@@ -203,11 +203,13 @@ pub(crate) fn resolve(
         None => caller.path(&caller.cwd, "cwd")?,
     };
     let workspace = workspace_req(&spec)?;
+    check_env(&spec.env, "env ")?;
     let file = config::config_path(&project.root);
     let cfg = |e: String| ApiError::invalid(format!("{}: {e}", file.display()));
     let cfg_timeout = project.config.timeout().map_err(cfg)?;
     let cfg_permission_timeout = project.config.permission_timeout().map_err(cfg)?;
     let cfg_max_turns = project.config.max_turns;
+    let max_stored_bytes = project.config.max_stored_output().map_err(cfg)?;
     let tools = spec
         .tools
         .map(|t| t.into_iter().map(|s| s.trim().to_owned()).filter(|s| !s.is_empty()).collect());
@@ -234,12 +236,17 @@ pub(crate) fn resolve(
         env: spec.env,
         timeout: spec.timeout.unwrap_or(Duration::ZERO),
         max_output_bytes: spec.max_output_kb.map(|kb| kb * 1024),
+        max_stored_bytes,
         permissions: Permissions::default(),
         workspace,
         plan_step: None,
         caller: crate::RunCaller::of(caller),
     };
     if let Some(f) = &agent {
+        check_env(
+            &f.def.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect::<Vec<_>>(),
+            &format!("agent {}: env ", f.def.name),
+        )?;
         apply_agent(&mut req, f, &spec.inputs, spec.timeout.is_some())?;
         req.context = project.agent_context(f);
     }
@@ -278,6 +285,23 @@ pub(crate) fn resolve(
     perms.validate(&req.spec).map_err(|e| ApiError::field("permissions", e))?;
     req.permissions = perms;
     Ok(Resolved { req, cli_reason })
+}
+
+/// Variables herd sets for a child itself (its depth, the policies above it, its run id): a
+/// request cannot set them, or a child could escape its limits (`HERD_MAX_DEPTH=9`).
+const RESERVED_ENV: &[&str] =
+    &["HERD_DEPTH", "HERD_MAX_DEPTH", "HERD_POLICY_LAYERS", crate::guard::RUN_MARKER_VAR];
+
+fn check_env(env: &[(String, String)], whose: &str) -> Result<(), ApiError> {
+    match env.iter().find(|(k, _)| RESERVED_ENV.contains(&k.as_str())) {
+        Some((k, _)) => Err(ApiError::field(
+            "env",
+            format!(
+                "{whose}{k}: herd sets this variable for its children itself; it cannot be given"
+            ),
+        )),
+        None => Ok(()),
+    }
 }
 
 /// A program is given for `cli: command` and only for it.

@@ -132,7 +132,9 @@ fn apply(
             fixed(tx, "SAVEPOINT cmd")?;
         }
         let res = match cmd {
-            Cmd::Append { id, ts, events } => append(tx, seqs, id, *ts, events).map(Done::Appended),
+            Cmd::Append { id, ts, events, .. } => {
+                append(tx, seqs, id, *ts, events).map(Done::Appended)
+            }
             Cmd::Update { id, update, with, .. } => apply_update(tx, seqs, id, update, now_ms())
                 .and_then(|evs| with.as_ref().map_or(Ok(()), |f| f(tx)).map(|()| evs))
                 .map(|evs| {
@@ -187,7 +189,7 @@ fn settle(
     for cmd in batch {
         let d = done.next();
         match (cmd, d) {
-            (Cmd::Append { id, ts, events }, Some(Done::Appended(first))) => {
+            (Cmd::Append { id, ts, events, .. }, Some(Done::Appended(first))) => {
                 published.extend(events.into_iter().zip(first..).map(|(d, seq)| StoredEvent {
                     subagent_id: id.clone(),
                     seq,

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use herd_core::{Decoded, SubagentId};
-use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, broadcast, mpsc, oneshot};
 
 use crate::plans::{NewOrchestration, StepChange};
 use crate::store::open_conn;
@@ -22,6 +22,8 @@ enum Cmd {
         id: SubagentId,
         ts: i64,
         events: Vec<Decoded>,
+        /// The events' share of the bytes in flight, given back once they are stored.
+        _weight: Option<OwnedSemaphorePermit>,
     },
     Update {
         id: SubagentId,
@@ -114,10 +116,17 @@ impl Created {
     }
 }
 
+/// How many bytes of events may wait for the writer at once. A run whose agent prints faster
+/// than the store takes it waits for room (and stops reading its pipe, so the agent waits too):
+/// what herd holds in memory stays bounded whatever an agent prints.
+pub const BYTES_IN_FLIGHT: usize = 16 << 20;
+
 /// A cheap, cloneable way to send work to the writer.
 #[derive(Debug, Clone)]
 pub struct WriterHandle {
     tx: mpsc::Sender<Cmd>,
+    /// Room for [`BYTES_IN_FLIGHT`] bytes of queued events.
+    room: Arc<Semaphore>,
     events: broadcast::Sender<Arc<StoredEvent>>,
     /// The writer's thread, woken when an urgent write arrives while it waits for company.
     thread: std::thread::Thread,
@@ -127,6 +136,12 @@ impl std::fmt::Debug for Cmd {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("Cmd")
     }
+}
+
+/// The bytes `events` hold for the budget (never more than all of it).
+fn weight(events: &[Decoded]) -> u32 {
+    let w: usize = events.iter().map(|d| d.event.weight()).sum();
+    w.min(BYTES_IN_FLIGHT) as u32
 }
 
 impl Writer {
@@ -140,7 +155,8 @@ impl Writer {
             .name("herd-store-writer".into())
             .spawn(move || batch::run(conn, rx, publisher))
             .map_err(|source| StoreError::Io { path: "writer thread".into(), source })?;
-        let handle = WriterHandle { tx, events, thread: thread.thread().clone() };
+        let room = Arc::new(Semaphore::new(BYTES_IN_FLIGHT));
+        let handle = WriterHandle { tx, room, events, thread: thread.thread().clone() };
         Ok(Self { handle, thread: Some(thread) })
     }
 
@@ -186,19 +202,24 @@ impl WriterHandle {
         Pending { rx, what, writer: self.tx.downgrade(), thread: self.thread.clone() }
     }
 
-    /// Queue events for a subagent; they are stored in order, then published.
+    /// Queue events for a subagent; they are stored in order, then published. Waits while
+    /// [`BYTES_IN_FLIGHT`] bytes of events already wait for the writer.
     pub async fn append(&self, id: &SubagentId, events: Vec<Decoded>) -> Result<()> {
         if events.is_empty() {
             return Ok(());
         }
-        self.send(Cmd::Append { id: id.clone(), ts: now_ms(), events })
+        let permit = Arc::clone(&self.room)
+            .acquire_many_owned(weight(&events))
             .await
-            .map_err(|_| StoreError::WriterGone("append".into()))
+            .map_err(|_| StoreError::WriterGone("append".into()))?;
+        let cmd = Cmd::Append { id: id.clone(), ts: now_ms(), events, _weight: Some(permit) };
+        self.send(cmd).await.map_err(|_| StoreError::WriterGone("append".into()))
     }
 
-    /// Like [`append`](Self::append), from a thread that is not running async code.
+    /// Like [`append`](Self::append), from a thread that is not running async code (outside
+    /// the byte budget: only benchmarks feed the writer this way).
     pub fn append_blocking(&self, id: &SubagentId, events: Vec<Decoded>) -> Result<()> {
-        self.send_blocking(Cmd::Append { id: id.clone(), ts: now_ms(), events })
+        self.send_blocking(Cmd::Append { id: id.clone(), ts: now_ms(), events, _weight: None })
             .map_err(|_| StoreError::WriterGone("append".into()))
     }
 

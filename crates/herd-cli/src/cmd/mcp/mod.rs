@@ -1,6 +1,7 @@
 //! `herd mcp`: herd as an MCP server on stdio — a translator over the engine service, on the
 //! same store as the CLI. Stdout carries only the protocol; the tools are in `tools`.
 
+mod framing;
 mod log;
 mod render;
 mod tools;
@@ -74,7 +75,9 @@ fn server_caller(root: &Path, a: &McpArgs) -> anyhow::Result<Caller> {
 
 async fn serve(svc: Service, caller: Caller, log: Arc<log::Log>) -> anyhow::Result<u8> {
     let server = tools::Server::new(svc.clone(), caller, Arc::clone(&log));
-    let service = match server.serve(rmcp::transport::stdio_pipes()).await {
+    // A line that is not JSON is answered with a parse error before the service sees it.
+    let io = framing::framed(tokio::io::stdin(), tokio::io::stdout());
+    let service = match server.serve(io).await {
         Ok(s) => s,
         Err(e) => {
             log.line(format_args!("the MCP session did not start: {e}"));
