@@ -84,8 +84,16 @@ pub fn live(l: &Live<'_>, width: usize) -> Vec<String> {
     let steps = l.plan.steps.as_deref().unwrap_or_default();
     let active: Vec<&StepView> =
         steps.iter().filter(|s| !s.is_terminal() && s.state != "pending").collect();
-    let name_w = active.iter().map(|s| s.id.chars().count()).max().unwrap_or(4).clamp(4, 16);
+    let name_max = if width < 100 { 14 } else { 24 };
+    let name_w = active.iter().map(|s| s.id.chars().count()).max().unwrap_or(4).clamp(4, name_max);
     let spin = SPINNER[l.tick % SPINNER.len()];
+    let stopping = l.stopping > 0 || l.plan.state == "cancelling";
+    // Asked to stop (here or by `herd cancel`): what runs is being stopped.
+    let state_of = |s: &StepView| match s.state.as_str() {
+        "starting" | "running" | "waiting" if stopping => "stopping".to_owned(),
+        _ => state_text(&s.state).to_owned(),
+    };
+    let state_w = active.iter().map(|s| state_of(s).chars().count()).max().unwrap_or(8).max(8);
     let mut out = Vec::new();
     for s in active.iter().take(MAX_LINES) {
         let mark = if s.state == "waiting" { '?' } else { spin };
@@ -106,16 +114,16 @@ pub fn live(l: &Live<'_>, width: usize) -> Vec<String> {
         if let Some(d) = s.duration_ms {
             parts.push(fmt::duration_ms(d));
         }
-        let head =
-            format!("  {mark} {:<name_w$}  {:<20}", cut(&s.id, name_w), state_text(&s.state));
-        let room = width.saturating_sub(head.chars().count() + 2);
-        let line = format!("{head}  {}", cut(&parts.join(" · "), room));
-        out.push(cut(line.trim_end(), width));
+        let head = format!("  {mark} {:<name_w$}  {:<state_w$}  ", cut(&s.id, name_w), state_of(s));
+        // The figures that fit, whole: a cut one would read wrong.
+        let room = width.saturating_sub(head.chars().count());
+        let figures = wrap(&parts, room).into_iter().next().unwrap_or_default();
+        out.push(cut(format!("{head}{figures}").trim_end(), width));
     }
     if active.len() > MAX_LINES {
         out.push(cut(&format!("    … and {} more", active.len() - MAX_LINES), width));
     }
-    out.push(cut(&counts(l.plan), width));
+    out.extend(wrap(&counts(l.plan), width.saturating_sub(2)).iter().map(|l| format!("  {l}")));
     match l.stopping {
         0 => {}
         1 => out.push(cut("  stopping… (Ctrl-C again to kill)", width)),
@@ -124,8 +132,24 @@ pub fn live(l: &Live<'_>, width: usize) -> Vec<String> {
     out
 }
 
-/// `  2/6 completed · 1 failed · 2 running · 1 waiting · 1 pending · $0.0123 · 12.0s`
-fn counts(p: &PlanView) -> String {
+/// `parts` joined by ` · ` into lines of at most `width` characters, each part whole (one
+/// longer than a line is cut).
+fn wrap(parts: &[String], width: usize) -> Vec<String> {
+    let mut lines: Vec<String> = Vec::new();
+    for part in parts {
+        match lines.last_mut() {
+            Some(l) if l.chars().count() + 3 + part.chars().count() <= width => {
+                l.push_str(" · ");
+                l.push_str(part);
+            }
+            _ => lines.push(cut(part, width)),
+        }
+    }
+    lines
+}
+
+/// `2/6 completed`, `1 failed`, `2 running`, `1 waiting`, `1 pending`, `$0.0123`, `12.0s`.
+fn counts(p: &PlanView) -> Vec<String> {
     let steps = p.steps.as_deref().unwrap_or_default();
     let n = |state: &str| steps.iter().filter(|s| s.state == state).count();
     let mut parts = vec![format!("{}/{} completed", p.completed_steps, p.total_steps)];
@@ -143,14 +167,20 @@ fn counts(p: &PlanView) -> String {
     }
     parts.push(fmt::cost(Some(p.cost_usd)));
     parts.push(fmt::duration_ms(p.duration_ms));
-    format!("  {}", parts.join(" · "))
+    parts
 }
 
 /// The line announcing one of a plan's events (`None` for those that need none).
 pub fn announce(e: &PlanEventView) -> Option<String> {
     let step = e.step.as_deref().unwrap_or("?");
     let run = e.subagent_id.as_deref().unwrap_or("-");
-    let why = e.reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default();
+    // A reason that only repeats what happened (`cancelled: cancelled`) is left out.
+    let why = e
+        .reason
+        .as_deref()
+        .filter(|r| !e.kind.ends_with(r))
+        .map(|r| format!(": {r}"))
+        .unwrap_or_default();
     Some(match e.kind.as_str() {
         "step_started" => format!("herd: {step} started as {run}"),
         "subagent_attempt" => {
@@ -213,28 +243,28 @@ fn reason(s: &StepView) -> String {
     }
 }
 
-/// The table of a plan's steps: step, status, run, duration, tokens, cost and reason, within
-/// `width` (reasons are cut; `herd show PLAN` has them whole). `full_ids` shows whole run ids.
+/// The narrowest REASON column a table leaves room for by cutting step names.
+const MIN_REASON: usize = 10;
+
+/// The table of a plan's steps: step, status, run, duration, tokens, cost and reason, each
+/// line within `width`: run ids as long as keeps them unique, step names cut before that, and
+/// reasons cut (`herd show PLAN` has them whole). `full_ids` shows whole run ids.
 pub fn table(p: &PlanView, width: usize, full_ids: bool) -> String {
     let steps = p.steps.as_deref().unwrap_or_default();
-    let narrow = width < 100;
-    let name_max = if narrow { 14 } else { 24 };
-    let name_w = steps.iter().map(|s| s.id.chars().count()).max().unwrap_or(4).clamp(4, name_max);
     let ids = steps.iter().filter_map(|s| s.subagent_id.as_deref());
-    let id_w = match (full_ids, narrow) {
-        (true, _) => 26,
-        (false, true) => unique_len(ids, MIN_ID).min(14),
-        (false, false) => unique_len(ids, MIN_ID),
-    }
-    .max(3);
+    let id_w = if full_ids { 26 } else { unique_len(ids, MIN_ID) }.max(3);
     let status_w =
         steps.iter().map(|s| table_state(&s.state).chars().count()).max().unwrap_or(6).max(6);
+    // Status, run, time, tokens, cost, and the gaps of seven columns.
+    let fixed = status_w + id_w + 6 + 6 + 7 + 2 * 6;
+    let name_max = width.saturating_sub(fixed + MIN_REASON).clamp(6, 24);
+    let name_w = steps.iter().map(|s| s.id.chars().count()).max().unwrap_or(4).clamp(4, name_max);
     let head = format!(
         "{:<name_w$}  {:<status_w$}  {:<id_w$}  {:>6}  {:>6}  {:>7}  ",
         "STEP", "STATUS", "RUN", "TIME", "TOKENS", "COST"
     );
-    let room = width.saturating_sub(head.chars().count()).max(10);
-    let mut out = format!("{head}REASON\n");
+    let room = width.saturating_sub(head.chars().count());
+    let mut out = format!("{}\n", cut(&format!("{head}REASON"), width));
     let mut cut_any = false;
     for s in steps {
         let why = reason(s);
@@ -249,7 +279,7 @@ pub fn table(p: &PlanView, width: usize, full_ids: bool) -> String {
             fmt::cost(s.cost_usd),
             cut(&why, room)
         );
-        out.push_str(line.trim_end());
+        out.push_str(&cut(line.trim_end(), width));
         out.push('\n');
     }
     if cut_any {
@@ -258,9 +288,24 @@ pub fn table(p: &PlanView, width: usize, full_ids: bool) -> String {
     out
 }
 
+/// The line that ends `herd run`: `pln_… completed: 4/4 steps, 102 tokens, $0.0011` (at most
+/// 80 characters).
+pub fn summary(p: &PlanView) -> String {
+    format!(
+        "{} {}: {}/{} steps, {} tokens, {}",
+        p.id,
+        p.status,
+        p.completed_steps,
+        p.total_steps,
+        fmt::count(p.usage.input_tokens + p.usage.output_tokens),
+        fmt::cost(Some(p.cost_usd))
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fixtures::plan_view;
 
     #[test]
     fn unique_prefixes() {
@@ -274,96 +319,6 @@ mod tests {
         assert_eq!(cut("two\nlines", 20), "two…");
     }
 
-    fn step(id: &str, status: &str, state: &str, run: Option<&str>) -> StepView {
-        StepView {
-            id: id.into(),
-            name: id.into(),
-            status: status.into(),
-            state: state.into(),
-            failure_reason: None,
-            subagent_id: run.map(Into::into),
-            attempts: u32::from(run.is_some()),
-            depends_on: Vec::new(),
-            model: None,
-            num_turns: None,
-            usage: Default::default(),
-            cost_usd: None,
-            unanswered_denials: 0,
-            result: None,
-            started_at: None,
-            completed_at: None,
-            duration_ms: None,
-            outputs: Vec::new(),
-        }
-    }
-
-    /// A plan in the middle of its run: every state a step can show.
-    fn plan_view() -> PlanView {
-        let mut steps = vec![
-            step("scan", "completed", "completed", Some("01kaq3v8d0m2x5c7e9g1j3l5n7")),
-            step("lint", "running", "waiting", Some("01kaq3v8d0m3a9q2w4e6r8t0y2")),
-            step(
-                "build-the-release-artifacts",
-                "running",
-                "running",
-                Some("01kaq3v8e4r6t8v0x2z4b6d8f0"),
-            ),
-            step("review", "running", "starting", Some("01kaq3v8e5h7k9m1p3r5t7v9x1")),
-            step("fix", "failed", "failed", Some("01kaq3v9a1b3c5d7e9f1h3j5k7")),
-            step("docs", "running", "queued", Some("01kaq3v9a2z8x6v4t2r0p8n6m4")),
-            step("report", "pending", "pending", None),
-            step("after-fix", "failed", "failed", None),
-            step(
-                "notes",
-                "completed",
-                "completed_with_denials",
-                Some("01kaq3vb7c5e3g1j9l7n5q3s1u"),
-            ),
-        ];
-        steps[0].duration_ms = Some(4200);
-        steps[0].num_turns = Some(2);
-        steps[0].usage.input_tokens = 1200;
-        steps[0].usage.output_tokens = 345;
-        steps[0].cost_usd = Some(0.0123);
-        steps[1].duration_ms = Some(2100);
-        steps[1].num_turns = Some(1);
-        steps[2].duration_ms = Some(61_000);
-        steps[2].num_turns = Some(14);
-        steps[2].usage.input_tokens = 123_456;
-        steps[2].cost_usd = Some(1.5);
-        steps[4].failure_reason = Some(
-            "api_error(500): mock: forced 500 — the model API answered with an internal error \
-             after 3 retries, giving up"
-                .into(),
-        );
-        steps[4].duration_ms = Some(900);
-        steps[7].failure_reason = Some("dependency_failed(fix)".into());
-        steps[8].unanswered_denials = 2;
-        steps[8].duration_ms = Some(3000);
-        PlanView {
-            id: "pln_01kaq3v8c2000000000000000".into(),
-            name: "release".into(),
-            strategy: "dag".into(),
-            status: "running".into(),
-            state: "running".into(),
-            source_file: Some("release.yml".into()),
-            total_steps: 9,
-            completed_steps: 2,
-            failed_steps: 2,
-            cancelled_steps: 0,
-            running_steps: 4,
-            pending_steps: 1,
-            cost_usd: 1.5123,
-            usage: Default::default(),
-            created_at: 0,
-            completed_at: None,
-            duration_ms: 65_000,
-            integration_branch: None,
-            steps: Some(steps),
-            worktrees: Vec::new(),
-        }
-    }
-
     #[test]
     fn the_live_block_and_the_table_at_80_and_170_columns() {
         let p = plan_view();
@@ -372,13 +327,36 @@ mod tests {
             ("lint".to_owned(), "Edit".to_owned()),
         ]);
         for width in [80, 170] {
-            let block = live(&Live { plan: &p, tools: &tools, stopping: 1, tick: 3 }, width);
+            let block = live(&Live { plan: &p, tools: &tools, stopping: 0, tick: 3 }, width);
             assert!(block.iter().all(|l| l.chars().count() <= width), "{block:#?}");
             let table = table(&p, width, false);
             assert!(table.lines().all(|l| l.chars().count() <= width), "{table}");
+            // Each run as shown is its own: `herd show` takes it.
+            let runs: Vec<&str> = table
+                .lines()
+                .skip(1)
+                .filter_map(|l| l.split_whitespace().nth(2).filter(|r| r.starts_with("01")))
+                .collect();
+            let unique: std::collections::HashSet<_> = runs.iter().collect();
+            assert_eq!((runs.len(), unique.len()), (7, 7), "{table}");
             insta::assert_snapshot!(format!("live_{width}"), block.join("\n"));
             insta::assert_snapshot!(format!("table_{width}"), table);
         }
+        // After Ctrl-C: what runs is being stopped, and the second Ctrl-C is offered.
+        let block = live(&Live { plan: &p, tools: &tools, stopping: 1, tick: 3 }, 80);
+        let states: Vec<&str> =
+            block[..4].iter().map(|l| l.split_whitespace().nth(2).unwrap()).collect();
+        assert_eq!(states, ["stopping", "stopping", "stopping", "queued"], "{block:#?}");
+        assert_eq!(block.last().unwrap(), "  stopping… (Ctrl-C again to kill)");
+        let mut ended = p.clone();
+        (ended.status, ended.completed_steps, ended.total_steps) = ("cancelled".into(), 20, 20);
+        ended.usage.input_tokens = 123_456;
+        ended.cost_usd = 12.3456;
+        assert_eq!(
+            summary(&ended),
+            "pln_01kaq3v8c2000000000000000 cancelled: 20/20 steps, 123.5k tokens, $12.3456"
+        );
+        assert!(summary(&ended).chars().count() <= 80);
     }
 
     #[test]

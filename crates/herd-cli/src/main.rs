@@ -5,8 +5,11 @@
 mod board;
 mod cli;
 mod cmd;
+#[cfg(test)]
+mod fixtures;
 mod fmt;
 mod state;
+mod tables;
 
 use std::process::ExitCode;
 

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use crate::board::Question;
-use herd_core::permission::{main_input, normalize_tool};
+use crate::fmt;
 use herd_engine::service::{Answer, Caller, PermissionRequestView, Service};
 use tokio::sync::mpsc;
 
@@ -38,14 +38,6 @@ impl Scope {
     }
 }
 
-/// `Bash(rm -rf build)`: the tool and its main input (the command, the file…), one line.
-pub fn call_text(r: &PermissionRequestView) -> String {
-    let input = serde_json::from_str::<serde_json::Value>(&r.input_preview).ok();
-    let main = input.as_ref().and_then(|v| main_input(&normalize_tool(&r.tool), v));
-    let shown = main.unwrap_or_else(|| r.input_preview.clone());
-    format!("{}({})", r.tool, crate::fmt::oneline(&shown, 120))
-}
-
 /// Who asks: `step fix` for a plan's step, else `run NAME ID`.
 pub fn asker(r: &PermissionRequestView) -> String {
     match &r.step {
@@ -59,7 +51,7 @@ pub fn notice(r: &PermissionRequestView) -> String {
     format!(
         "herd: waiting for a person: {} wants {} — herd approve {} (or herd deny {}; {}s left)",
         asker(r),
-        call_text(r),
+        fmt::call(r),
         r.id,
         r.id,
         r.expires_in_s
@@ -72,7 +64,7 @@ pub fn denied_notice(r: &PermissionRequestView) -> String {
         "herd: denied, nobody can answer here: {} wanted {} ({}; --wait-for-approval waits for \
          `herd approve`)",
         asker(r),
-        call_text(r),
+        fmt::call(r),
         r.id
     )
 }
@@ -179,7 +171,7 @@ pub fn spawn(
             let mut question = Question {
                 step: r.step.clone(),
                 run: r.subagent_id.clone(),
-                call: call_text(&r),
+                call: fmt::call(&r),
                 id: r.id.clone(),
                 expires_in_s: r.expires_in_s.max(0).unsigned_abs(),
                 again: false,

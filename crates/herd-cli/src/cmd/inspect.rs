@@ -9,7 +9,7 @@ use std::time::Duration;
 use herd_engine::service::{RunFilter, Service, StoredEvent};
 
 use crate::cli::{LogsArgs, PsArgs, ShowArgs};
-use crate::{UsageError, board, fmt};
+use crate::{UsageError, fmt, tables};
 
 pub fn ps(state_dir: &Path, a: PsArgs) -> anyhow::Result<u8> {
     let svc = super::open_service(state_dir, "cli")?;
@@ -38,68 +38,7 @@ pub fn ps(state_dir: &Path, a: PsArgs) -> anyhow::Result<u8> {
         writeln!(out, "no subagents{hint}")?;
         return Ok(0);
     }
-    let id_w = board::unique_len(rows.iter().map(|r| r.id.as_str()), board::MIN_ID);
-    let plan_ids = rows.iter().filter_map(|r| r.plan_id.as_deref());
-    let plan_w = board::unique_len(plan_ids.chain(unstarted.iter().map(|(p, _)| p.as_str())), 8);
-    let name_w = rows
-        .iter()
-        .map(|r| r.name.chars().count())
-        .chain(unstarted.iter().map(|(_, s)| s.id.chars().count()))
-        .max()
-        .unwrap_or(4)
-        .clamp(4, 20);
-    let plan_col = plan_w.max(4);
-    writeln!(
-        out,
-        "{:<id_w$}  {:<22}  {:<name_w$}  {:<plan_col$}  {:<7}  {:>8}  {:>5}  {:>7}  {:>8}  PROMPT",
-        "ID", "STATUS", "NAME/STEP", "PLAN", "CLI", "DURATION", "TURNS", "TOKENS", "COST"
-    )?;
-    for r in &rows {
-        let status = match (&r.status, &r.failure) {
-            (herd_core::Status::Failed, Some(f)) => format!("failed({})", f.code()),
-            _ => r.state.to_string(),
-        };
-        writeln!(
-            out,
-            "{:<id_w$}  {:<22}  {:<name_w$}  {:<plan_col$}  {:<7}  {:>8}  {:>5}  {:>7}  {:>8}  {}",
-            board::prefix(&r.id, id_w),
-            status,
-            fmt::oneline(&r.name, name_w),
-            r.plan_id.as_deref().map_or("-", |p| board::prefix(p, plan_w)),
-            r.cli,
-            r.duration_ms.map_or_else(|| "-".into(), fmt::duration_ms),
-            r.num_turns.map_or_else(|| "-".into(), |n| n.to_string()),
-            fmt::count(r.usage.input_tokens + r.usage.output_tokens),
-            fmt::cost(r.cost_usd),
-            fmt::oneline(&r.prompt, 50)
-        )?;
-    }
-    for (plan, s) in &unstarted {
-        let status = match &s.failure_reason {
-            Some(r) if s.status == "failed" => {
-                format!("failed({})", r.split('(').next().unwrap_or(r))
-            }
-            _ => s.state.clone(),
-        };
-        writeln!(
-            out,
-            "{:<id_w$}  {:<22}  {:<name_w$}  {:<plan_col$}  {:<7}  {:>8}  {:>5}  {:>7}  {:>8}  {}",
-            "-",
-            status,
-            fmt::oneline(&s.id, name_w),
-            board::prefix(plan, plan_w),
-            "-",
-            "-",
-            "-",
-            "-",
-            "-",
-            if s.depends_on.is_empty() {
-                "(not started)".to_owned()
-            } else {
-                format!("(after {})", s.depends_on.join(", "))
-            }
-        )?;
-    }
+    write!(out, "{}", tables::ps(&rows, &unstarted))?;
     Ok(0)
 }
 
@@ -114,70 +53,7 @@ pub fn show(state_dir: &Path, a: ShowArgs) -> anyhow::Result<u8> {
         writeln!(out, "{}", serde_json::to_string(&r)?)?;
         return Ok(0);
     }
-    let worktree = r.worktree.clone();
-    let opt = |v: Option<String>| v.unwrap_or_else(|| "-".into());
-    let worktree_line = worktree.map_or_else(
-        || "-".into(),
-        |w| {
-            let into = w.integration_branch.map(|b| format!(" → {b}")).unwrap_or_default();
-            format!("{} ({}{into}, {})", w.path, w.branch, w.status)
-        },
-    );
-    let plan =
-        r.plan_id.as_ref().map(|p| format!("{p}, step {}", r.step.clone().unwrap_or_default()));
-    let reason = match (&r.failure_reason, r.unanswered_denials) {
-        (None, n) if n > 0 => Some(format!("{n} tool call(s) denied because nobody answered")),
-        (f, _) => f.clone(),
-    };
-    let waiting: Vec<String> = r
-        .pending_permissions
-        .iter()
-        .map(|p| format!("{} — herd approve {}", super::ask::call_text(p), p.id))
-        .collect();
-    let lines = [
-        ("id", r.id.clone()),
-        ("name", r.name.clone()),
-        ("status", r.state.to_string()),
-        ("reason", opt(reason)),
-        ("plan", opt(plan)),
-        ("waiting for", if waiting.is_empty() { "-".into() } else { waiting.join("; ") }),
-        ("cli", r.cli.clone()),
-        ("model", opt(r.model.clone())),
-        ("cwd", r.cwd.clone()),
-        ("worktree", worktree_line),
-        ("native session", opt(r.native_session_id.clone())),
-        ("created", fmt::time(r.created_at)),
-        ("duration", r.duration_ms.map_or_else(|| "-".into(), fmt::duration_ms)),
-        ("turns", opt(r.num_turns.map(|n| n.to_string()))),
-        (
-            "tokens",
-            format!(
-                "{} in, {} out, {} cache read, {} cache write",
-                r.usage.input_tokens,
-                r.usage.output_tokens,
-                r.usage.cache_read_input_tokens,
-                r.usage.cache_creation_input_tokens
-            ),
-        ),
-        ("cost", fmt::cost(r.cost_usd)),
-        ("pid", opt(r.pid.map(|p| p.to_string()))),
-        (
-            "exit",
-            opt(r
-                .exit_code
-                .map(|c| c.to_string())
-                .or(r.exit_signal.map(|s| format!("signal {s}")))),
-        ),
-        ("transcript", r.transcript.display().to_string()),
-        ("prompt", fmt::oneline(&r.prompt, 200)),
-    ];
-    for (k, v) in lines {
-        writeln!(out, "{k:>15}: {v}")?;
-    }
-    if let Some(res) = &r.result {
-        let note = if r.result_truncated { " (truncated)" } else { "" };
-        writeln!(out, "\nresult{note}:\n{res}")?;
-    }
+    write!(out, "{}", tables::run(&r))?;
     Ok(0)
 }
 

@@ -39,24 +39,7 @@ fn list_pending(svc: &Service, json_out: bool) -> anyhow::Result<u8> {
         writeln!(out, "{}", serde_json::to_string(&rows)?)?;
         return Ok(0);
     }
-    if rows.is_empty() {
-        writeln!(out, "no tool call is waiting for a person")?;
-        return Ok(0);
-    }
-    for r in rows {
-        let who = match (&r.plan_id, &r.step) {
-            (Some(plan), Some(step)) => format!("step {step} of {plan} ({})", r.subagent_id),
-            _ => format!("{} ({})", r.run_name, r.subagent_id),
-        };
-        writeln!(
-            out,
-            "{}  {who}\n    wants {}  ({}s left)",
-            r.id,
-            super::ask::call_text(&r),
-            r.expires_in_s
-        )?;
-    }
-    writeln!(out, "answer with: herd approve ID [--always] | herd deny ID [--reason TEXT]")?;
+    write!(out, "{}", crate::tables::pending(&rows))?;
     Ok(0)
 }
 

@@ -19,7 +19,7 @@ use tokio::sync::watch;
 use super::ask::{Prompt, Scope};
 use super::signals::Stopping;
 use crate::cli::RunArgs;
-use crate::{board, exit, fmt};
+use crate::{board, exit};
 
 pub fn run(state_dir: &Path, a: RunArgs) -> anyhow::Result<u8> {
     let spec = PlanSpec {
@@ -273,16 +273,7 @@ fn print(p: &PlanView, json_out: bool) -> anyhow::Result<()> {
     if let Some(b) = &p.integration_branch {
         writeln!(out, "isolated steps merged into {b}")?;
     }
-    writeln!(
-        out,
-        "plan {} {}: {}/{} steps completed, {} tokens, {}",
-        p.id,
-        p.status,
-        p.completed_steps,
-        p.total_steps,
-        fmt::count(p.usage.input_tokens + p.usage.output_tokens),
-        fmt::cost(Some(p.cost_usd))
-    )?;
+    writeln!(out, "{}", board::summary(p))?;
     out.flush()?;
     Ok(())
 }

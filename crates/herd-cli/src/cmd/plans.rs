@@ -9,7 +9,7 @@ use herd_engine::service::{PlanEventView, RunFilter, Service, StoredEvent};
 use serde::Serialize;
 
 use crate::cli::PlansArgs;
-use crate::{board, fmt};
+use crate::{board, fmt, tables};
 
 /// An id that names a plan rather than a run.
 pub fn is_plan_id(id: &str) -> bool {
@@ -29,29 +29,7 @@ pub fn list(state_dir: &Path, a: PlansArgs) -> anyhow::Result<u8> {
         writeln!(out, "no plans{hint}")?;
         return Ok(0);
     }
-    let id_w = board::unique_len(plans.iter().map(|p| p.id.as_str()), 12);
-    let name_w = plans.iter().map(|p| p.name.chars().count()).max().unwrap_or(4).clamp(4, 24);
-    writeln!(
-        out,
-        "{:<id_w$}  {:<name_w$}  {:<10}  {:>5}  {:>6}  {:>5}  {:>8}  {:>7}  {:>8}  CREATED",
-        "ID", "NAME", "STATE", "DONE", "FAILED", "STEPS", "DURATION", "TOKENS", "COST"
-    )?;
-    for p in &plans {
-        writeln!(
-            out,
-            "{:<id_w$}  {:<name_w$}  {:<10}  {:>5}  {:>6}  {:>5}  {:>8}  {:>7}  {:>8}  {}",
-            board::prefix(&p.id, id_w),
-            fmt::oneline(&p.name, name_w),
-            p.state,
-            p.completed_steps,
-            p.failed_steps,
-            p.total_steps,
-            fmt::duration_ms(p.duration_ms),
-            fmt::count(p.usage.input_tokens + p.usage.output_tokens),
-            fmt::cost(Some(p.cost_usd)),
-            fmt::time(p.created_at)
-        )?;
-    }
+    write!(out, "{}", tables::plans(&plans))?;
     Ok(0)
 }
 
@@ -63,45 +41,7 @@ pub fn show(svc: &Service, id: &str, json: bool) -> anyhow::Result<u8> {
         writeln!(out, "{}", serde_json::to_string(&p)?)?;
         return Ok(0);
     }
-    let opt = |v: Option<String>| v.unwrap_or_else(|| "-".into());
-    let lines = [
-        ("plan", p.id.clone()),
-        ("name", p.name.clone()),
-        ("status", p.state.clone()),
-        ("file", opt(p.source_file.clone())),
-        ("created", fmt::time(p.created_at)),
-        ("duration", fmt::duration_ms(p.duration_ms)),
-        (
-            "steps",
-            format!(
-                "{} completed, {} failed, {} cancelled, {} running, {} pending of {}",
-                p.completed_steps,
-                p.failed_steps,
-                p.cancelled_steps,
-                p.running_steps,
-                p.pending_steps,
-                p.total_steps
-            ),
-        ),
-        ("tokens", format!("{} in, {} out", p.usage.input_tokens, p.usage.output_tokens)),
-        ("cost", fmt::cost(Some(p.cost_usd))),
-        ("merged into", opt(p.integration_branch.clone())),
-    ];
-    for (k, v) in lines {
-        writeln!(out, "{k:>11}: {v}")?;
-    }
-    writeln!(out)?;
-    // Reasons whole: this is where a cut one is read.
-    write!(out, "{}", board::table(&p, usize::MAX / 2, true))?;
-    let merges: Vec<_> = p.worktrees.iter().filter(|w| w.kind == "step").collect();
-    if !merges.is_empty() {
-        writeln!(out, "\nmerges:")?;
-        for w in merges {
-            let into = w.integration_branch.as_deref().unwrap_or("-");
-            let commit = w.merge_commit.as_deref().map(|c| format!(" ({c})")).unwrap_or_default();
-            writeln!(out, "  {:<16} {} → {into}: {}{commit}", w.step, w.branch, w.status)?;
-        }
-    }
+    write!(out, "{}", tables::plan(&p))?;
     Ok(0)
 }
 
@@ -158,6 +98,9 @@ fn entries(svc: &Service, id: &str) -> anyhow::Result<Vec<Entry>> {
     Ok(all)
 }
 
+/// The STEP column of a plan's log (`(plan)` for the plan's own events).
+const STEP_W: usize = 12;
+
 fn print(out: &mut impl Write, e: &Entry, json: bool) -> anyhow::Result<()> {
     if json {
         writeln!(out, "{}", serde_json::to_string(e)?)?;
@@ -168,8 +111,9 @@ fn print(out: &mut impl Write, e: &Entry, json: bool) -> anyhow::Result<()> {
             let line = board::announce(p).unwrap_or_else(|| format!("herd: {}", p.kind));
             writeln!(
                 out,
-                "{} plan  {}",
+                "{} {:<STEP_W$} {}",
                 &fmt::time(p.ts)[11..],
+                "(plan)",
                 line.trim_start_matches("herd: ")
             )?;
         }
@@ -177,9 +121,9 @@ fn print(out: &mut impl Write, e: &Entry, json: bool) -> anyhow::Result<()> {
             let indent = if s.event.parent_tool_use_id.is_some() { "    " } else { "" };
             writeln!(
                 out,
-                "{} {:<5} {indent}{:<16} {}",
+                "{} {:<STEP_W$} {indent}{:<16} {}",
                 &fmt::time(s.event.ts)[11..],
-                fmt::oneline(&s.step, 16),
+                board::cut(&s.step, STEP_W),
                 s.event.event.kind(),
                 fmt::event_summary(&s.event.event)
             )?;
