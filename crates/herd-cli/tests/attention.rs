@@ -29,18 +29,6 @@ fn bash(cmd: &str) -> Value {
     json!({"command": cmd, "description": "test step"})
 }
 
-/// Every stderr log of the world's runs: herd's own settings must make claude warn of nothing.
-fn assert_no_unknown_tool_warnings(w: &World) {
-    let dir = w.state.join("transcripts");
-    for e in std::fs::read_dir(&dir).unwrap().flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        if name.ends_with(".stderr.log") {
-            let text = std::fs::read_to_string(e.path()).unwrap();
-            assert!(!text.contains("matches no known tool"), "{name}: {text}");
-        }
-    }
-}
-
 #[test]
 fn a_script_is_told_at_once_and_never_told_success_when_calls_were_denied() {
     let w = world_or_skip!();
@@ -140,7 +128,6 @@ fn a_script_is_told_at_once_and_never_told_success_when_calls_were_denied() {
     assert_eq!(status.code(), Some(4), "{v}");
     assert_eq!(v["state"], "completed_with_denials");
     assert!(v["result"].as_str().unwrap().contains("nobody answered within 6s"), "{v}");
-    assert_no_unknown_tool_warnings(&w);
 }
 
 /// A pseudo-terminal of `cols` columns: the program's end (stdin, stdout, stderr) and ours.
@@ -301,7 +288,6 @@ fn a_person_follows_and_answers_a_plan_at_its_own_prompt() {
     let log = log.as_array().unwrap();
     assert!(log.iter().any(|e| e["kind"] == "plan_completed"));
     assert!(log.iter().any(|e| e["step"] == "fix" && e["kind"] == "permission_decided"));
-    assert_no_unknown_tool_warnings(&w);
 }
 
 #[test]

@@ -109,6 +109,25 @@ impl World {
     }
 }
 
+/// Every world's runs are checked as it ends: herd's own settings make no agent CLI warn of
+/// them (`Permission ask rule "MultiEdit" matches no known tool`) in any run's stderr log.
+impl Drop for World {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            return;
+        }
+        for dir in [self.state.join("transcripts"), self.work.join(".herd/transcripts")] {
+            for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                if name.ends_with(".stderr.log") {
+                    let text = std::fs::read_to_string(e.path()).unwrap_or_default();
+                    assert!(!text.contains("matches no known tool"), "{name}: {text}");
+                }
+            }
+        }
+    }
+}
+
 /// Processes whose command line contains `needle`, as (pid, cmdline).
 pub fn procs_with_cmdline(needle: &str) -> Vec<(u32, String)> {
     let me = std::process::id();
