@@ -34,6 +34,7 @@ pub enum Command {
     #[command(after_help = RUN_HELP)]
     Run(RunArgs),
     /// List subagents (running ones and their plans' steps; --all for every one)
+    #[command(after_help = PS_HELP)]
     Ps(PsArgs),
     /// List plans (running ones; --all for every one)
     Plans(PlansArgs),
@@ -112,7 +113,7 @@ pub struct ApproveArgs {
     /// Also allow the same call (tool and input) for the rest of this run without asking
     #[arg(long, requires = "id")]
     pub always: bool,
-    /// Print JSON
+    /// Print JSON (an array of the waiting requests)
     #[arg(long)]
     pub json: bool,
 }
@@ -441,7 +442,24 @@ A plan file:
 
 A step starts when all its depends_on completed; a failed step fails its descendants
 (dependency_failed) while independent steps go on. Each dependent gets its dependencies'
-results in its prompt. Exit 0 only if every step completed.";
+results in its prompt.
+
+On a terminal: a line per active step (queued, starting, running, waiting for approval,
+merging; its tool, turn, tokens, cost), each start announced with its run id; a step's call
+that needs a person is asked at the plan's own prompt, one at a time ([y]es, [n]o, [a]lways);
+Ctrl-C stops the plan, a second Ctrl-C kills it. Without a terminal the same announcements
+are lines on stderr, each waiting call among them (answer with `herd approve ID`).
+From any terminal: herd plans, herd show PLAN, herd logs PLAN --follow, herd cancel PLAN.
+
+Exit 0 if every step completed, 4 if they did but calls were denied because nobody answered,
+1 if a step failed, 130 if the plan was cancelled.";
+
+const PS_HELP: &str = "\
+STATUS is what a person needs to know: running, waiting (a tool call waits for a person:
+`herd approve`), completed, completed_with_denials (calls were denied because nobody
+answered), failed(REASON) (`herd show ID` has it whole), cancelled. NAME/STEP and PLAN name a
+plan's step; steps that have not started are listed with ID `-`. Ids are shown as long as
+keeps them unique: any command takes them as they are shown.";
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
@@ -485,7 +503,8 @@ pub struct PsArgs {
     /// At most this many rows (0: all)
     #[arg(long, default_value_t = 50)]
     pub limit: usize,
-    /// Print JSON (an array of objects)
+    /// Print JSON (an array of runs; a plan's steps, started or not, are in `herd show PLAN
+    /// --json`)
     #[arg(long)]
     pub json: bool,
 }
@@ -494,7 +513,7 @@ pub struct PsArgs {
 pub struct ShowArgs {
     /// Subagent id, or plan id (pln_…); a unique prefix is enough
     pub id: String,
-    /// Print JSON
+    /// Print JSON (one object: the run, or the plan with its steps)
     #[arg(long)]
     pub json: bool,
 }

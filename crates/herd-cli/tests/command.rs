@@ -337,8 +337,17 @@ fn usage_errors_exit_2_with_clear_messages() {
 
 #[test]
 fn help_teaches() {
-    let out = World::new().run(&["task", "--help"]);
+    let w = World::new();
+    let out = w.run(&["task", "--help"]);
     insta::assert_snapshot!(String::from_utf8_lossy(&out.stdout));
+    for args in [&["--help"][..], &["run", "--help"], &["ps", "--help"]] {
+        let out = w.run(args);
+        assert!(out.status.success(), "{args:?}");
+        let words: Vec<&str> =
+            std::iter::once("herd").chain(args[..args.len() - 1].to_vec()).collect();
+        let name = format!("help_{}", words.join("_"));
+        insta::assert_snapshot!(name, String::from_utf8_lossy(&out.stdout));
+    }
 }
 
 #[test]
