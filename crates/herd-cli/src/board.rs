@@ -170,8 +170,9 @@ fn counts(p: &PlanView) -> Vec<String> {
     parts
 }
 
-/// The line announcing one of a plan's events (`None` for those that need none).
-pub fn announce(e: &PlanEventView) -> Option<String> {
+/// The line announcing one of a plan's events (`None` for those that need none); `steps` (the
+/// plan's, as read) say whether a completed step had calls denied for want of an answer.
+pub fn announce(e: &PlanEventView, steps: &[StepView]) -> Option<String> {
     let step = e.step.as_deref().unwrap_or("?");
     let run = e.subagent_id.as_deref().unwrap_or("-");
     // A reason that only repeats what happened (`cancelled: cancelled`) is left out.
@@ -186,7 +187,12 @@ pub fn announce(e: &PlanEventView) -> Option<String> {
         "subagent_attempt" => {
             format!("herd: {step} started again as {run} (attempt {})", e.attempt.unwrap_or(0))
         }
-        "step_completed" => format!("herd: {step} completed"),
+        "step_completed" => match steps.iter().find(|s| s.id == step) {
+            Some(s) if s.unanswered_denials > 0 => {
+                format!("herd: {step} completed, but {}", reason(s))
+            }
+            _ => format!("herd: {step} completed"),
+        },
         "step_failed" => format!("herd: {step} failed{why}"),
         "step_cancelled" => format!("herd: {step} cancelled{why}"),
         "step_blocked" => format!("herd: {step} waits for a lock"),
@@ -380,6 +386,8 @@ mod tests {
 
     #[test]
     fn each_transition_is_announced_with_its_run() {
+        let p = plan_view();
+        let steps = p.steps.as_deref().unwrap_or_default();
         let ev = |kind: &str, step: Option<&str>, run: Option<&str>, reason: Option<&str>| {
             PlanEventView {
                 plan_id: "pln_x".into(),
@@ -394,11 +402,13 @@ mod tests {
             }
         };
         let lines: Vec<Option<String>> = vec![
-            announce(&ev("plan_created", None, None, None)),
-            announce(&ev("step_started", Some("a"), Some("01kaaa"), None)),
-            announce(&ev("subagent_attempt", Some("a"), Some("01kbbb"), None)),
-            announce(&ev("step_failed", Some("b"), None, Some("dependency_failed(a)"))),
-            announce(&ev("step_completed", Some("a"), Some("01kbbb"), None)),
+            announce(&ev("plan_created", None, None, None), steps),
+            announce(&ev("step_started", Some("a"), Some("01kaaa"), None), steps),
+            announce(&ev("subagent_attempt", Some("a"), Some("01kbbb"), None), steps),
+            announce(&ev("step_failed", Some("b"), None, Some("dependency_failed(a)")), steps),
+            announce(&ev("step_completed", Some("a"), Some("01kbbb"), None), steps),
+            announce(&ev("step_cancelled", Some("c"), None, Some("cancelled")), steps),
+            announce(&ev("step_completed", Some("notes"), None, None), steps),
         ];
         assert_eq!(
             lines,
@@ -408,6 +418,8 @@ mod tests {
                 Some("herd: a started again as 01kbbb (attempt 2)".into()),
                 Some("herd: b failed: dependency_failed(a)".into()),
                 Some("herd: a completed".into()),
+                Some("herd: c cancelled".into()),
+                Some("herd: notes completed, but 2 call(s) denied: nobody answered".into()),
             ]
         );
     }

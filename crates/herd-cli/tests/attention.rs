@@ -103,6 +103,17 @@ fn a_script_is_told_at_once_and_never_told_success_when_calls_were_denied() {
         "no request waits"
     );
     let asked_at = asked_at.unwrap();
+    // While it waits, every reader sees it waiting, with what the stream already said.
+    let (_, rows) = w.json(&["ps", "--json"]);
+    let run = &rows[0];
+    assert_eq!((&run["status"], &run["state"]), (&json!("running"), &json!("waiting")), "{run}");
+    assert!(run["num_turns"].as_u64().is_some_and(|n| n >= 1), "{run}");
+    assert!(run["usage"]["input_tokens"].as_u64().is_some_and(|n| n > 0), "{run}");
+    assert!(run["model"].is_string() && run["native_session_id"].is_string(), "{run}");
+    let out = w.run(&["show", run["id"].as_str().unwrap()]);
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(shown.contains("status: waiting") && shown.contains("herd approve perm_"), "{shown}");
+    assert!(!shown.contains("model: -") && !shown.contains("turns: -"), "{shown}");
     assert!(
         wait_until(Duration::from_secs(3), || {
             lines.lock().unwrap().iter().any(|(_, l)| l.contains("waiting for a person"))
@@ -128,6 +139,65 @@ fn a_script_is_told_at_once_and_never_told_success_when_calls_were_denied() {
     assert_eq!(status.code(), Some(4), "{v}");
     assert_eq!(v["state"], "completed_with_denials");
     assert!(v["result"].as_str().unwrap().contains("nobody answered within 6s"), "{v}");
+}
+
+#[test]
+fn a_plan_without_a_terminal_says_what_waits_and_what_was_denied() {
+    let w = world_or_skip!();
+    let fixed = w.work.join("fixed.txt");
+    let mock = MockServer::shared();
+    mock.script("att_p_scan", Script::new().text("scanned"));
+    mock.script(
+        "att_p_fix",
+        Script::new()
+            .tool_use("Bash", bash(&format!("touch {}", fixed.display())))
+            .text("done: {{last_tool_result}}"),
+    );
+    std::fs::write(
+        w.work.join("two.yml"),
+        "defaults: {cli: claude, timeout: 90s}\nsteps:\n  - {id: scan, prompt: SCENARIO=att_p_scan go}\n  \
+         - {id: fix, prompt: SCENARIO=att_p_fix go}\n",
+    )
+    .unwrap();
+    // A script: the call is denied at once, the step's end says so, the plan exits 4.
+    let out = w.run(&["run", "two.yml", "--json"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(4), "{v}\n{err}");
+    assert_eq!(
+        (&v["status"], &v["steps"][1]["state"]),
+        (&json!("completed"), &json!("completed_with_denials"))
+    );
+    assert!(err.contains("herd: fix completed, but 1 call(s) denied: nobody answered"), "{err}");
+    assert!(err.contains("herd: scan completed\n"), "{err}");
+    assert!(!fixed.exists());
+
+    // Waiting for someone elsewhere: a line on stderr names the step, the call and the answer.
+    let mut child = w
+        .herd(&["run", "two.yml", "--wait-for-approval"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut said = Vec::new();
+    let notice = loop {
+        let mut l = String::new();
+        assert!(stderr.read_line(&mut l).unwrap() > 0, "stderr ended: {said:?}");
+        if l.starts_with("herd: waiting for a person: ") {
+            break l;
+        }
+        said.push(l);
+    };
+    assert!(notice.contains("step fix wants Bash(touch "), "{notice}");
+    let request = request_id(&notice[notice.find("herd approve ").unwrap()..]);
+    let out = w.run(&["approve", &request]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let mut rest = String::new();
+    stderr.read_to_string(&mut rest).unwrap();
+    assert_eq!(child.wait().unwrap().code(), Some(0), "{rest}");
+    assert!(rest.contains("herd: fix completed\n"), "{rest}");
+    assert!(fixed.exists());
 }
 
 /// A pseudo-terminal of `cols` columns: the program's end (stdin, stdout, stderr) and ours.
@@ -214,6 +284,15 @@ fn a_person_follows_and_answers_a_plan_at_its_own_prompt() {
         "the display never showed both waiting with a prompt:\n{}",
         shown(0)
     );
+    // From another terminal: both listed with their step and plan, both runs waiting.
+    let out = w.run(&["approve"]);
+    let listed = String::from_utf8_lossy(&out.stdout);
+    for step in ["fix", "lint"] {
+        assert!(listed.contains(&format!("step {step} of pln_")), "{listed}");
+    }
+    let (_, rows) = w.json(&["ps", "--json"]);
+    let waiting = rows.as_array().unwrap().iter().filter(|r| r["state"] == "waiting").count();
+    assert_eq!(waiting, 2, "{rows}");
     let first_prompt = shown(0).rfind("allow? [y]es").unwrap();
     let first_id = request_id(&shown(first_prompt));
     answer.write_all(b"y\n").unwrap();
@@ -280,8 +359,11 @@ fn a_person_follows_and_answers_a_plan_at_its_own_prompt() {
         let out = w.run(&["show", id]);
         assert!(out.status.success(), "{id}: {}", String::from_utf8_lossy(&out.stderr));
     }
+    // Each row with its step's own prompt (report's run was given scan's result before it).
     for step in ["scan", "fix", "lint", "report"] {
-        assert!(rows.iter().any(|r| r.contains(&format!(" {step} ")) && r.contains(&plan[..8])));
+        let row = rows.iter().find(|r| r.contains(&format!(" {step} "))).unwrap();
+        assert!(row.contains(&plan[..8]), "{table}");
+        assert!(row.ends_with(&format!("  SCENARIO=att_{step} go")), "{table}");
     }
     // Its log has the plan's events and its steps'.
     let (_, log) = w.json(&["logs", plan, "--json"]);

@@ -448,3 +448,32 @@ fn shell_completions_are_printed() {
     let out = w.run(&["completions", "tcsh"]);
     assert_eq!(out.status.code(), Some(2));
 }
+
+#[test]
+fn the_users_config_applies_under_the_projects() {
+    let w = World::new();
+    let user = w.home.join("xdg/herd");
+    std::fs::create_dir_all(&user).unwrap();
+    std::fs::write(user.join("config.yml"), "timeout: 1s\n").unwrap();
+    let task = |w: &World| {
+        w.herd(&["task", "x", "--cli", "command", "--json", "--", "sleep", "2"])
+            .env("XDG_CONFIG_HOME", w.home.join("xdg"))
+            .output()
+            .unwrap()
+    };
+    // The user's timeout applies where the project says nothing.
+    let out = task(&w);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["failure_reason"], "timeout", "{v}");
+    // The project's own setting wins.
+    std::fs::create_dir_all(w.work.join(".herd")).unwrap();
+    std::fs::write(w.work.join(".herd/config.yml"), "timeout: 30s\n").unwrap();
+    let out = task(&w);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    // A mistake in the user's file names that file.
+    std::fs::write(user.join("config.yml"), "timeout: soon\n").unwrap();
+    let out = task(&w);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("xdg/herd/config.yml"), "{}", stderr(&out));
+}

@@ -158,6 +158,13 @@ fn a_conflict_fails_the_later_step_keeps_its_branch_and_prune_only_takes_merged_
     assert_eq!(git(&w.work, &["show", &format!("{integ}:base.txt")]), "A\n");
     assert_eq!(git(&w.work, &["show", &format!("{integ}:c.txt")]), "C\n");
     assert_checkout_untouched(&w, &head);
+    // herd show PLAN has each step's merge: into where, and how it went.
+    let shown = String::from_utf8_lossy(&w.run(&["show", run]).stdout).into_owned();
+    let merges = &shown[shown.find("\nmerges:\n").expect(&shown)..];
+    for (s, result) in [("a", "merged ("), ("b", "conflict"), ("c", "merged (")] {
+        let line = format!("herd/{run}/{s} → {integ}: {result}");
+        assert!(merges.contains(&line), "{line} missing:\n{shown}");
+    }
     // The loser's branch and commit are intact.
     let b_branch = format!("herd/{run}/b");
     assert_eq!(git(&w.work, &["show", &format!("{b_branch}:base.txt")]), "B\n");

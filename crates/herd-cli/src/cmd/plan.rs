@@ -170,11 +170,15 @@ async fn show(svc: Service, id: String, d: Display, mut done: watch::Receiver<bo
         if d.live && d.paused.load(Ordering::SeqCst) && !finished {
             continue;
         }
+        // Read before the events: a step that completed after this read had its calls'
+        // fates recorded before it completed.
+        let plan = svc.plan(&id).ok();
+        let steps = plan.as_ref().and_then(|p| p.steps.as_deref()).unwrap_or_default();
         let mut lines = Vec::new();
         while let Ok(batch) = svc.plan_events(&id, after, 500) {
             for e in &batch {
                 after = e.seq;
-                lines.extend(board::announce(e));
+                lines.extend(board::announce(e, steps));
             }
             if batch.len() < 500 {
                 break;
@@ -202,12 +206,12 @@ async fn show(svc: Service, id: String, d: Display, mut done: watch::Receiver<bo
         }
         if d.live
             && !finished
-            && let Ok(plan) = svc.plan(&id)
+            && let Some(plan) = &plan
         {
-            let tools = current_tools(&svc, &plan);
+            let tools = current_tools(&svc, plan);
             let stopping = d.stopping.load(Ordering::SeqCst);
             let block = board::live(
-                &board::Live { plan: &plan, tools: &tools, stopping, tick: frame },
+                &board::Live { plan, tools: &tools, stopping, tick: frame },
                 terminal_width(),
             );
             for l in &block {

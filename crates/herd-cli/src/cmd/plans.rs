@@ -5,7 +5,7 @@ use std::io::Write;
 use std::path::Path;
 use std::time::Duration;
 
-use herd_engine::service::{PlanEventView, RunFilter, Service, StoredEvent};
+use herd_engine::service::{PlanEventView, RunFilter, Service, StepView, StoredEvent};
 use serde::Serialize;
 
 use crate::cli::PlansArgs;
@@ -101,14 +101,15 @@ fn entries(svc: &Service, id: &str) -> anyhow::Result<Vec<Entry>> {
 /// The STEP column of a plan's log (`(plan)` for the plan's own events).
 const STEP_W: usize = 12;
 
-fn print(out: &mut impl Write, e: &Entry, json: bool) -> anyhow::Result<()> {
+/// One entry of the log; `steps`, the plan's as read, say how its steps ended.
+fn print(out: &mut impl Write, e: &Entry, steps: &[StepView], json: bool) -> anyhow::Result<()> {
     if json {
         writeln!(out, "{}", serde_json::to_string(e)?)?;
         return Ok(());
     }
     match e {
         Entry::Plan(p) => {
-            let line = board::announce(p).unwrap_or_else(|| format!("herd: {}", p.kind));
+            let line = board::announce(p, steps).unwrap_or_else(|| format!("herd: {}", p.kind));
             writeln!(
                 out,
                 "{} {:<STEP_W$} {}",
@@ -134,15 +135,17 @@ fn print(out: &mut impl Write, e: &Entry, json: bool) -> anyhow::Result<()> {
 
 /// `herd logs PLAN`: everything so far, or followed until the plan ends (JSON lines then).
 pub fn logs(svc: &Service, id: &str, follow: bool, json: bool) -> anyhow::Result<u8> {
-    let id = svc.plan(id)?.id;
+    let plan = svc.plan(id)?;
+    let id = plan.id;
     if !follow {
+        let steps = plan.steps.unwrap_or_default();
         let all = entries(svc, &id)?;
         let mut out = std::io::stdout().lock();
         if json {
             writeln!(out, "{}", serde_json::to_string(&all)?)?;
         } else {
             for e in &all {
-                print(&mut out, e, false)?;
+                print(&mut out, e, &steps, false)?;
             }
         }
         return Ok(0);
@@ -153,6 +156,7 @@ pub fn logs(svc: &Service, id: &str, follow: bool, json: bool) -> anyhow::Result
     let mut runs: std::collections::BTreeMap<String, (String, i64)> = Default::default();
     loop {
         let ended = svc.status(&id)?.is_terminal();
+        let steps = svc.plan(&id)?.steps.unwrap_or_default();
         let plan_events = svc.plan_events(&id, seen_plan, usize::MAX)?;
         for e in &plan_events {
             seen_plan = e.seq;
@@ -170,7 +174,7 @@ pub fn logs(svc: &Service, id: &str, follow: bool, json: bool) -> anyhow::Result
         fresh.sort_by_key(Entry::ts);
         let mut out = std::io::stdout().lock();
         for e in &fresh {
-            print(&mut out, e, json)?;
+            print(&mut out, e, &steps, json)?;
         }
         out.flush()?;
         if ended && fresh.is_empty() {
