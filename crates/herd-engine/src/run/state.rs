@@ -343,6 +343,9 @@ impl<'e> RunState<'e> {
                     }
                 }
                 _ = poll.tick(), if self.stop_reason.is_none() => {
+                    // Figures held back by the rate limit reach the row even when the stream
+                    // goes quiet (an agent waiting for a person says nothing more).
+                    self.persist_live(Update::default()).await?;
                     let asked = self.engine.store().run_requests(self.id.as_str()).unwrap_or_default();
                     if let Some(reason) = asked.revoked {
                         self.calls.gate.revoke(&reason).await;
