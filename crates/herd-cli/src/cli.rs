@@ -482,14 +482,27 @@ pub struct RunArgs {
     pub asking: AskArgs,
 }
 
-#[derive(Debug, Args)]
-pub struct PlansArgs {
-    /// Include plans that have ended
+/// Which rows `herd ps` and `herd plans` list.
+#[derive(Debug, Clone, Copy, Args)]
+pub struct Rows {
+    /// Include the ones that have ended
     #[arg(long, short)]
     pub all: bool,
-    /// At most this many rows
+    /// At most this many rows (0: all)
     #[arg(long, default_value_t = 50)]
     pub limit: usize,
+}
+
+impl From<Rows> for herd_engine::service::RunFilter {
+    fn from(r: Rows) -> Self {
+        Self { all: r.all, limit: r.limit }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct PlansArgs {
+    #[command(flatten)]
+    pub rows: Rows,
     /// Print JSON (an array of plans, without their steps: `herd show PLAN --json` has them)
     #[arg(long)]
     pub json: bool,
@@ -497,12 +510,8 @@ pub struct PlansArgs {
 
 #[derive(Debug, Args)]
 pub struct PsArgs {
-    /// Include finished subagents
-    #[arg(long, short)]
-    pub all: bool,
-    /// At most this many rows (0: all)
-    #[arg(long, default_value_t = 50)]
-    pub limit: usize,
+    #[command(flatten)]
+    pub rows: Rows,
     /// Print JSON (an array of runs; a plan's steps, started or not, are in `herd show PLAN
     /// --json`)
     #[arg(long)]

@@ -11,34 +11,15 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{World, wait_until};
+use common::{World, pending_request, touch_then_done, wait_until};
 use herd_testkit::{MockServer, Script};
 use serde_json::{Value, json};
 
-macro_rules! world_or_skip {
-    () => {{
-        let w = World::new();
-        if w.claude.is_none() {
-            return;
-        }
-        w
-    }};
-}
-
-fn bash(cmd: &str) -> Value {
-    json!({"command": cmd, "description": "test step"})
-}
-
 #[test]
 fn a_script_is_told_at_once_and_never_told_success_when_calls_were_denied() {
-    let w = world_or_skip!();
+    let Some(w) = World::with_claude() else { return };
     let never = w.work.join("never.txt");
-    MockServer::shared().script(
-        "att_script",
-        Script::new()
-            .tool_use("Bash", bash(&format!("touch {}", never.display())))
-            .text("done: {{last_tool_result}}"),
-    );
+    touch_then_done("att_script", &never);
     // --json without a terminal (stdin is /dev/null): nobody can answer, so the call is denied
     // at once, said on stderr, and the run is not a plain success.
     let start = Instant::now();
@@ -90,25 +71,18 @@ fn a_script_is_told_at_once_and_never_told_success_when_calls_were_denied() {
             }
         })
     };
-    let mut asked_at = None;
-    assert!(
-        wait_until(Duration::from_secs(30), || {
-            let (_, v) = w.json(&["approve", "--json"]);
-            let found = v.as_array().is_some_and(|a| !a.is_empty());
-            if found {
-                asked_at = Some(Instant::now());
-            }
-            found
-        }),
-        "no request waits"
-    );
-    let asked_at = asked_at.unwrap();
-    // While it waits, every reader sees it waiting, with what the stream already said.
-    let (_, rows) = w.json(&["ps", "--json"]);
-    let run = &rows[0];
+    pending_request(&w);
+    let asked_at = Instant::now();
+    // While it waits, every reader sees it waiting, with what the stream already said (the
+    // figures reach the row within a second, though the agent says nothing more).
+    let mut run = Value::Null;
+    let said = wait_until(Duration::from_secs(3), || {
+        run = w.json(&["ps", "--json"]).1[0].clone();
+        run["num_turns"].as_u64().is_some_and(|n| n >= 1)
+            && run["usage"]["input_tokens"].as_u64().is_some_and(|n| n > 0)
+    });
+    assert!(said, "{run}");
     assert_eq!((&run["status"], &run["state"]), (&json!("running"), &json!("waiting")), "{run}");
-    assert!(run["num_turns"].as_u64().is_some_and(|n| n >= 1), "{run}");
-    assert!(run["usage"]["input_tokens"].as_u64().is_some_and(|n| n > 0), "{run}");
     assert!(run["model"].is_string() && run["native_session_id"].is_string(), "{run}");
     let out = w.run(&["show", run["id"].as_str().unwrap()]);
     let shown = String::from_utf8_lossy(&out.stdout);
@@ -143,16 +117,11 @@ fn a_script_is_told_at_once_and_never_told_success_when_calls_were_denied() {
 
 #[test]
 fn a_plan_without_a_terminal_says_what_waits_and_what_was_denied() {
-    let w = world_or_skip!();
+    let Some(w) = World::with_claude() else { return };
     let fixed = w.work.join("fixed.txt");
     let mock = MockServer::shared();
     mock.script("att_p_scan", Script::new().text("scanned"));
-    mock.script(
-        "att_p_fix",
-        Script::new()
-            .tool_use("Bash", bash(&format!("touch {}", fixed.display())))
-            .text("done: {{last_tool_result}}"),
-    );
+    touch_then_done("att_p_fix", &fixed);
     std::fs::write(
         w.work.join("two.yml"),
         "defaults: {cli: claude, timeout: 90s}\nsteps:\n  - {id: scan, prompt: SCENARIO=att_p_scan go}\n  \
@@ -231,20 +200,14 @@ steps:
 
 #[test]
 fn a_person_follows_and_answers_a_plan_at_its_own_prompt() {
-    let w = world_or_skip!();
+    let Some(w) = World::with_claude() else { return };
     let (fixed, linted) = (w.work.join("fixed.txt"), w.work.join("linted.txt"));
     let mock = MockServer::shared();
     mock.script("att_scan", Script::new().text("scanned"));
     mock.script("att_report", Script::new().text("reported"));
     // Two steps ask for a person, and stay waiting while the first is answered.
-    for (name, file) in [("att_fix", &fixed), ("att_lint", &linted)] {
-        mock.script(
-            name,
-            Script::new()
-                .tool_use("Bash", bash(&format!("touch {}", file.display())))
-                .text("done: {{last_tool_result}}"),
-        );
-    }
+    touch_then_done("att_fix", &fixed);
+    touch_then_done("att_lint", &linted);
     std::fs::write(w.work.join("four.yml"), FOUR.replace(", permission_timeout: 60s", "")).unwrap();
     let pty = Pty::new(80);
     let mut child = w

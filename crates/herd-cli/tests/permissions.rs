@@ -6,7 +6,7 @@ mod common;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::{World, wait_until};
+use common::{World, bash, first_id, pending_request, wait_until};
 use herd_testkit::{MockServer, Script};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -21,41 +21,14 @@ macro_rules! world_or_skip {
     }};
 }
 
-fn bash(cmd: &str) -> Value {
-    json!({"command": cmd, "description": "test step"})
-}
-
-/// `herd audit --json` rows of one subagent (one array).
+/// The rows of event type `t`.
 fn of_type<'a>(rows: &'a [Value], t: &str) -> Vec<&'a Value> {
     rows.iter().filter(|r| r["event_type"] == t).collect()
-}
-
-/// The `id` of the first row `herd ARGS` prints as a JSON array, once there is one.
-fn first_id(w: &World, args: &[&str], what: &str) -> String {
-    let mut id = None;
-    assert!(
-        wait_until(Duration::from_secs(20), || {
-            let (_, v) = w.json(args);
-            id = v
-                .as_array()
-                .and_then(|a| a.first())
-                .and_then(|r| r["id"].as_str())
-                .map(str::to_owned);
-            id.is_some()
-        }),
-        "no {what}"
-    );
-    id.unwrap()
 }
 
 /// The id of the one running subagent, once it shows up.
 fn running_id(w: &World) -> String {
     first_id(w, &["ps", "--json"], "running subagent")
-}
-
-/// The id of the first permission request waiting for a person.
-fn pending_request(w: &World) -> String {
-    first_id(w, &["approve", "--json"], "pending permission request")
 }
 
 #[test]

@@ -6,24 +6,24 @@ use std::io::Write;
 use std::path::Path;
 use std::time::Duration;
 
-use herd_engine::service::{RunFilter, Service, StoredEvent};
+use herd_engine::service::{Service, StoredEvent};
 
 use crate::cli::{LogsArgs, PsArgs, ShowArgs};
 use crate::{UsageError, fmt, tables};
 
 pub fn ps(state_dir: &Path, a: PsArgs) -> anyhow::Result<u8> {
     let svc = super::open_service(state_dir, "cli")?;
-    let rows = svc.runs(RunFilter { all: a.all, limit: a.limit })?;
+    let rows = svc.runs(a.rows.into())?;
     let mut out = std::io::stdout().lock();
     if a.json {
         writeln!(out, "{}", serde_json::to_string(&rows)?)?;
         return Ok(0);
     }
     // Steps that have no run (not started, or never will): of the plans listed.
-    let plans = svc.plans(RunFilter { all: a.all, limit: a.limit })?;
+    let plans = svc.plans(a.rows.into())?;
     let mut unstarted = Vec::new();
     for p in &plans {
-        if p.pending_steps == 0 && !a.all {
+        if p.pending_steps == 0 && !a.rows.all {
             continue;
         }
         let full = svc.plan(&p.id)?;
@@ -31,10 +31,11 @@ pub fn ps(state_dir: &Path, a: PsArgs) -> anyhow::Result<u8> {
             unstarted.push((p.id.clone(), s));
         }
     }
-    let room = if a.limit == 0 { usize::MAX } else { a.limit.saturating_sub(rows.len()) };
+    let limit = a.rows.limit;
+    let room = if limit == 0 { usize::MAX } else { limit.saturating_sub(rows.len()) };
     unstarted.truncate(room);
     if rows.is_empty() && unstarted.is_empty() {
-        let hint = if a.all { "" } else { " (--all shows finished ones)" };
+        let hint = if a.rows.all { "" } else { " (--all shows finished ones)" };
         writeln!(out, "no subagents{hint}")?;
         return Ok(0);
     }

@@ -5,7 +5,7 @@ use std::io::Write;
 use std::path::Path;
 use std::time::Duration;
 
-use herd_engine::service::{PlanEventView, RunFilter, Service, StepView, StoredEvent};
+use herd_engine::service::{PlanEventView, Service, StepView, StoredEvent};
 use serde::Serialize;
 
 use crate::cli::PlansArgs;
@@ -18,14 +18,14 @@ pub fn is_plan_id(id: &str) -> bool {
 
 pub fn list(state_dir: &Path, a: PlansArgs) -> anyhow::Result<u8> {
     let svc = super::open_service(state_dir, "cli")?;
-    let plans = svc.plans(RunFilter { all: a.all, limit: a.limit })?;
+    let plans = svc.plans(a.rows.into())?;
     let mut out = std::io::stdout().lock();
     if a.json {
         writeln!(out, "{}", serde_json::to_string(&plans)?)?;
         return Ok(0);
     }
     if plans.is_empty() {
-        let hint = if a.all { "" } else { " running (--all shows finished ones)" };
+        let hint = if a.rows.all { "" } else { " running (--all shows finished ones)" };
         writeln!(out, "no plans{hint}")?;
         return Ok(0);
     }

@@ -426,33 +426,23 @@ impl Gate {
                 expires_at: now_ms() + timeout.as_millis() as i64,
             })
             .await?;
-        if self.perms.non_interactive {
+        let nobody = self.perms.non_interactive;
+        if nobody {
             // Recorded like a request nobody answered (the run's result counts it), at once.
             self.writer.close_permission_request(&id, "expired", "non-interactive").await?;
-            let details = Some(json!({"request": id, "non_interactive": true}));
-            self.record(Entry {
-                event_type: "permission_request",
-                severity: "info",
-                decision: Some("ask"),
-                by: why,
-                rate: None,
-                details,
-                req,
-            })
-            .await?;
-            let by = "nobody can answer: herd runs non-interactively (--non-interactive, or \
-                      --json without a terminal; --wait-for-approval waits)"
-                .to_owned();
-            return self.deny(req, "permission_decision", by, None).await;
+        } else {
+            let ev = AgentEvent::PermissionRequested {
+                request: id.clone(),
+                tool: req.tool.clone(),
+                input_preview: preview,
+                timeout_ms: timeout.as_millis() as u64,
+            };
+            self.writer.append(&self.subagent, vec![Decoded::top(ev)]).await?;
         }
-        let ev = AgentEvent::PermissionRequested {
-            request: id.clone(),
-            tool: req.tool.clone(),
-            input_preview: preview,
-            timeout_ms: timeout.as_millis() as u64,
-        };
-        self.writer.append(&self.subagent, vec![Decoded::top(ev)]).await?;
-        let details = Some(json!({"request": id}));
+        let details = Some(match nobody {
+            true => json!({"request": id, "non_interactive": true}),
+            false => json!({"request": id}),
+        });
         self.record(Entry {
             event_type: "permission_request",
             severity: "info",
@@ -463,6 +453,12 @@ impl Gate {
             req,
         })
         .await?;
+        if nobody {
+            let by = "nobody can answer: herd runs non-interactively (--non-interactive, or \
+                      --json without a terminal; --wait-for-approval waits)"
+                .to_owned();
+            return self.deny(req, "permission_decision", by, None).await;
+        }
         let deadline = tokio::time::Instant::now() + timeout;
         let waiting = self.answers.register(&id);
         loop {
