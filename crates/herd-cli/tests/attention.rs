@@ -6,7 +6,6 @@
 mod common;
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::os::fd::OwnedFd;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -169,21 +168,137 @@ fn a_plan_without_a_terminal_says_what_waits_and_what_was_denied() {
     assert!(fixed.exists());
 }
 
-/// A pseudo-terminal of `cols` columns: the program's end (stdin, stdout, stderr) and ours.
-struct Pty {
+/// `herd` running in a pseudo-terminal of `cols` columns (its stdin and stderr; stdout is
+/// piped), and everything it wrote there.
+struct Terminal {
+    child: std::process::Child,
     ours: std::fs::File,
-    theirs: OwnedFd,
+    raw: Arc<Mutex<String>>,
+    reader: std::thread::JoinHandle<()>,
+    cols: usize,
 }
 
-impl Pty {
-    fn new(cols: u16) -> Self {
+impl Terminal {
+    fn start(mut cmd: std::process::Command, cols: u16) -> Self {
         let size = nix::pty::Winsize { ws_row: 50, ws_col: cols, ws_xpixel: 0, ws_ypixel: 0 };
         let pty = nix::pty::openpty(&size, None).unwrap();
-        Self { ours: std::fs::File::from(pty.master), theirs: pty.slave }
+        let theirs = |fd: &std::os::fd::OwnedFd| Stdio::from(fd.try_clone().unwrap());
+        let child = cmd
+            .stdin(theirs(&pty.slave))
+            .stderr(theirs(&pty.slave))
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // The program is now the only holder of its end: reading ours ends once it is gone.
+        drop(pty.slave);
+        let ours = std::fs::File::from(pty.master);
+        let raw: Arc<Mutex<String>> = Arc::default();
+        let reader = {
+            let (raw, mut ours) = (raw.clone(), ours.try_clone().unwrap());
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = ours.read(&mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                    raw.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
+                }
+            })
+        };
+        Self { child, ours, raw, reader, cols: usize::from(cols) }
     }
 
-    fn stdio(&self) -> Stdio {
-        Stdio::from(self.theirs.try_clone().unwrap())
+    /// What it wrote from byte `from` on, as written (escape sequences and all).
+    fn raw(&self, from: usize) -> String {
+        self.raw.lock().unwrap()[from..].to_owned()
+    }
+
+    /// The person types `text`.
+    fn typed(&mut self, text: &str) {
+        self.ours.write_all(text.as_bytes()).unwrap();
+    }
+
+    /// Once it ends: its exit status, its stdout, and the screen as it was left.
+    fn finish(mut self) -> (std::process::ExitStatus, String, Screen) {
+        let mut out = String::new();
+        self.child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+        let status = self.child.wait().unwrap();
+        drop(self.ours);
+        let _ = self.reader.join();
+        let screen = Screen::of(&self.raw.lock().unwrap(), self.cols);
+        (status, out, screen)
+    }
+}
+
+/// What a terminal of a given width shows after some output: its lines (scrolled-off ones
+/// kept) as cursor moves, carriage returns and clears left them, and whether anything was
+/// written past the last column (the terminal wrapped it).
+#[derive(Debug)]
+struct Screen {
+    lines: Vec<String>,
+    wrapped: bool,
+}
+
+impl Screen {
+    fn of(raw: &str, width: usize) -> Self {
+        let mut lines: Vec<Vec<char>> = vec![Vec::new()];
+        let (mut row, mut col, mut wrapped) = (0usize, 0usize, false);
+        let mut chars = raw.chars().peekable();
+        while let Some(c) = chars.next() {
+            match c {
+                '\x1b' if chars.peek() == Some(&'[') => {
+                    chars.next();
+                    let mut arg = String::new();
+                    let mut cmd = ' ';
+                    for c in chars.by_ref() {
+                        if c.is_ascii_alphabetic() {
+                            cmd = c;
+                            break;
+                        }
+                        arg.push(c);
+                    }
+                    match cmd {
+                        'A' => row = row.saturating_sub(arg.parse().unwrap_or(1)),
+                        'J' => {
+                            lines[row].truncate(col);
+                            lines.truncate(row + 1);
+                        }
+                        'K' if arg == "2" => lines[row].clear(),
+                        _ => {}
+                    }
+                }
+                '\r' => col = 0,
+                '\n' => {
+                    (row, col) = (row + 1, 0);
+                    if lines.len() <= row {
+                        lines.push(Vec::new());
+                    }
+                }
+                c => {
+                    if col == width {
+                        wrapped = true;
+                        (row, col) = (row + 1, 0);
+                        if lines.len() <= row {
+                            lines.push(Vec::new());
+                        }
+                    }
+                    let line = &mut lines[row];
+                    line.resize(line.len().max(col), ' ');
+                    if col < line.len() {
+                        line[col] = c;
+                    } else {
+                        line.push(c);
+                    }
+                    col += 1;
+                }
+            }
+        }
+        let lines = lines.into_iter().map(|l| l.into_iter().collect::<String>()).collect();
+        Self { lines, wrapped }
+    }
+
+    fn text(&self) -> String {
+        self.lines.join("\n")
     }
 }
 
@@ -209,43 +324,19 @@ fn a_person_follows_and_answers_a_plan_at_its_own_prompt() {
     touch_then_done("att_fix", &fixed);
     touch_then_done("att_lint", &linted);
     std::fs::write(w.work.join("four.yml"), FOUR.replace(", permission_timeout: 60s", "")).unwrap();
-    let pty = Pty::new(80);
-    let mut child = w
-        .herd(&["run", "four.yml", "--json"])
-        .stdin(pty.stdio())
-        .stderr(pty.stdio())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    drop(pty.theirs);
-    let screen: Arc<Mutex<String>> = Arc::default();
-    let reader = {
-        let screen = screen.clone();
-        let mut ours = pty.ours.try_clone().unwrap();
-        std::thread::spawn(move || {
-            let mut buf = [0u8; 4096];
-            // Ends with EIO once the program (the last holder of its end) is gone.
-            while let Ok(n) = ours.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                screen.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
-            }
-        })
-    };
-    let mut answer = pty.ours.try_clone().unwrap();
-    let shown = |from: usize| screen.lock().unwrap()[from..].to_owned();
+    let mut term = Terminal::start(w.herd(&["run", "four.yml", "--json"]), 80);
+    let shown = |term: &Terminal, from: usize| term.raw(from);
     let waiting_line = |text: &str, step: &str| {
         text.lines().any(|l| l.contains(&format!(" {step} ")) && l.contains("waiting for approval"))
     };
     // Both show as waiting, with the plan's own prompt naming one of them.
     assert!(
         wait_until(Duration::from_secs(60), || {
-            let s = shown(0);
+            let s = shown(&term, 0);
             waiting_line(&s, "fix") && waiting_line(&s, "lint") && s.contains("allow? [y]es")
         }),
         "the display never showed both waiting with a prompt:\n{}",
-        shown(0)
+        shown(&term, 0)
     );
     // From another terminal: both listed with their step and plan, both runs waiting.
     let out = w.run(&["approve"]);
@@ -256,44 +347,39 @@ fn a_person_follows_and_answers_a_plan_at_its_own_prompt() {
     let (_, rows) = w.json(&["ps", "--json"]);
     let waiting = rows.as_array().unwrap().iter().filter(|r| r["state"] == "waiting").count();
     assert_eq!(waiting, 2, "{rows}");
-    let first_prompt = shown(0).rfind("allow? [y]es").unwrap();
-    let first_id = request_id(&shown(first_prompt));
-    answer.write_all(b"y\n").unwrap();
+    let first_prompt = shown(&term, 0).rfind("allow? [y]es").unwrap();
+    let first_id = request_id(&shown(&term, first_prompt));
+    term.typed("y\n");
     // The other one is asked next, by name.
     assert!(
         wait_until(Duration::from_secs(30), || {
-            let s = shown(first_prompt);
+            let s = shown(&term, first_prompt);
             s.match_indices("allow? [y]es").any(|(i, _)| request_id(&s[i..]) != first_id)
         }),
         "no second prompt:\n{}",
-        shown(first_prompt)
+        shown(&term, first_prompt)
     );
-    let s = shown(first_prompt);
+    let s = shown(&term, first_prompt);
     let (second, _) =
         s.match_indices("allow? [y]es").find(|(i, _)| request_id(&s[*i..]) != first_id).unwrap();
     let asked = &s[s[..second].rfind("herd: ").unwrap()..second];
     assert!(asked.contains("step fix") || asked.contains("step lint"), "{asked}");
-    answer.write_all(b"y\n").unwrap();
-    let mut out = String::new();
-    child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
-    let status = child.wait().unwrap();
-    drop(answer);
-    drop(pty.ours);
-    let _ = reader.join();
-    let screen = screen.lock().unwrap().clone();
-    let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}\n{screen}"));
-    assert_eq!(status.code(), Some(0), "{v}\n{screen}");
+    term.typed("y\n");
+    let (status, out, screen) = term.finish();
+    let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}\n{screen:?}"));
+    let screen_text = screen.text();
+    assert_eq!(status.code(), Some(0), "{v}\n{screen_text}");
     assert!(fixed.exists() && linted.exists(), "an approved call did not run");
-    // Each transition was announced, with its run.
+    // Each transition was announced, with its run; what is left on the screen is those lines
+    // (no spinner, no prompt), and nothing was drawn wider than the terminal.
     for s in v["steps"].as_array().unwrap() {
         let (id, run) = (s["id"].as_str().unwrap(), s["subagent_id"].as_str().unwrap());
-        assert!(screen.contains(&format!("herd: {id} started as {run}")), "{id}:\n{screen}");
-        assert!(screen.contains(&format!("herd: {id} completed")), "{id}:\n{screen}");
+        assert!(screen_text.contains(&format!("herd: {id} started as {run}")), "{screen_text}");
+        assert!(screen_text.contains(&format!("herd: {id} completed")), "{screen_text}");
     }
-    // Nothing drawn wider than the terminal.
-    let plain = strip_ansi(&screen);
-    for l in plain.lines() {
-        assert!(l.chars().count() <= 80, "wider than 80 columns: {l:?}");
+    assert!(!screen.wrapped, "wider than 80 columns:\n{screen_text}");
+    for l in screen.lines.iter().filter(|l| !l.is_empty()) {
+        assert!(l.starts_with("herd: ") && !l.contains("allow?"), "left on the screen: {l:?}");
     }
 
     // The plan is found and shown afterwards.
@@ -380,32 +466,59 @@ fn request_id(s: &str) -> String {
     s[at..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect()
 }
 
-/// `s` without its escape sequences (colour, cursor moves, clears) and carriage returns.
-fn strip_ansi(s: &str) -> String {
-    let mut out = String::new();
-    let mut chars = s.chars().peekable();
-    while let Some(c) = chars.next() {
-        match c {
-            '\x1b' => {
-                if chars.peek() == Some(&'[') {
-                    chars.next();
-                    for c in chars.by_ref() {
-                        if c.is_ascii_alphabetic() {
-                            break;
-                        }
-                    }
-                }
-            }
-            '\r' => {
-                // Back to the line's start: what follows overwrites it.
-                if let Some(i) = out.rfind('\n') {
-                    out.truncate(i + 1);
-                } else {
-                    out.clear();
-                }
-            }
-            c => out.push(c),
-        }
+#[test]
+fn ctrl_c_on_a_plan_says_stopping_and_leaves_a_clean_screen() {
+    let w = World::new();
+    // Steps that ignore the graceful stop: only the second Ctrl-C ends them.
+    std::fs::write(
+        w.work.join("stubborn.yml"),
+        "defaults: {cli: command, prompt: go, command: [sh, -c, \"trap '' INT TERM; while :; do sleep 0.2; done\"]}\n\
+         steps: [{id: a}, {id: b}, {id: c, depends_on: [a]}]\n",
+    )
+    .unwrap();
+    let term = Terminal::start(w.herd(&["run", "stubborn.yml"]), 80);
+    let pid = nix::unistd::Pid::from_raw(term.child.id() as i32);
+    let running = |t: &Terminal| {
+        let s = t.raw(0);
+        ["a", "b"]
+            .iter()
+            .all(|id| s.lines().any(|l| l.contains(&format!(" {id} ")) && l.contains("running")))
+    };
+    assert!(wait_until(Duration::from_secs(20), || running(&term)), "{}", term.raw(0));
+    let interrupt = || nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+    interrupt();
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            let s = term.raw(0);
+            s.contains("stopping… (Ctrl-C again to kill)")
+                && ["a", "b"].iter().all(|id| {
+                    s.lines().any(|l| l.contains(&format!(" {id} ")) && l.contains("stopping"))
+                })
+        }),
+        "{}",
+        term.raw(0)
+    );
+    interrupt();
+    let (status, out, screen) = term.finish();
+    let text = screen.text();
+    assert_eq!(status.code(), Some(130), "{out}\n{text}");
+    assert!(out.contains("cancelled") && !screen.wrapped, "{out}\n{text}");
+    // Left on the screen: the announcements only (no spinner line, no 'stopping…').
+    let left: Vec<&String> = screen.lines.iter().filter(|l| !l.is_empty()).collect();
+    assert!(left.iter().all(|l| l.starts_with("herd: ")), "{text}");
+    for id in ["a", "b", "c"] {
+        assert!(left.iter().any(|l| l.as_str() == format!("herd: {id} cancelled")), "{text}");
     }
-    out
+}
+
+/// The screen model the tests above read their terminal through.
+#[test]
+fn the_screen_model_follows_redraws_and_sees_wrapping() {
+    // A block of two lines drawn, then gone back over and cleared: only what replaced it stays.
+    let s = Screen::of("herd: a\n  ⠋ a  running\n  1/2\n\r\x1b[2A\r\x1b[Jherd: b\n", 80);
+    assert_eq!(s.lines, ["herd: a", "herd: b", ""]);
+    assert!(!s.wrapped);
+    let s = Screen::of("abcdef\rxy\x1b[2Kz", 5);
+    assert_eq!(s.lines, ["abcde", "  z"]);
+    assert!(s.wrapped);
 }
