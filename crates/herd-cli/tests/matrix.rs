@@ -140,15 +140,8 @@ fn task(w: &World, cli: Cli, args: &[&str]) -> (i32, Value) {
     (out.status.code().unwrap_or(-1), json_of(&out))
 }
 
-/// `herd audit --json` rows of one run.
-fn audit(w: &World, id: &str) -> Vec<Value> {
-    let out = w.run(&["audit", "--subagent", id, "--json"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect()
-}
-
 fn decisions(w: &World, id: &str) -> Vec<Value> {
-    audit(w, id).into_iter().filter(|r| r["event_type"] == "permission_decision").collect()
+    w.audit(id).into_iter().filter(|r| r["event_type"] == "permission_decision").collect()
 }
 
 /// What the CLI printed (its stream, then its stderr), for a failing assertion's message.
@@ -315,7 +308,14 @@ fn a_person_approves(cli: Cli) {
     let child = herd(
         &w,
         cli,
-        &["task", &format!("SCENARIO={s} go"), "--permission-timeout", "60s", "--json"],
+        &[
+            "task",
+            &format!("SCENARIO={s} go"),
+            "--permission-timeout",
+            "60s",
+            "--wait-for-approval",
+            "--json",
+        ],
     )
     .stdout(Stdio::piped())
     .stderr(Stdio::piped())
@@ -439,7 +439,7 @@ fn codex_exec_maps_rules_onto_its_sandbox() {
                 && explain.contains(&format!("its sandbox {mapped}")),
             "{explain}"
         );
-        let rows = audit(&w, v["id"].as_str().unwrap());
+        let rows = w.audit(v["id"].as_str().unwrap());
         assert!(decisions(&w, v["id"].as_str().unwrap()).is_empty(), "{rows:#?}");
         if writable {
             let seen = rows.iter().find(|r| r["event_type"] == "tool_call_observed");

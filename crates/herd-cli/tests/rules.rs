@@ -80,9 +80,12 @@ fn a_deny_rule_holds_against_every_spelling_of_the_command() {
         });
         args.push("--json");
         let (code, v) = w.json(&args);
-        assert_eq!(code, 0, "{v}");
         assert_eq!(std::fs::read_to_string(&victim).unwrap(), "still here", "{mode}: deleted");
-        let (decided, _) = decisions(&w, &v);
+        let (decided, asked) = decisions(&w, &v);
+        // A spelling the rules cannot read goes to a person; nobody can answer a script, so
+        // it is denied at once and the run says so (exit 4).
+        assert_eq!(v["unanswered_denials"], asked, "{v}");
+        assert_eq!(code, if asked > 0 { 4 } else { 0 }, "{v}");
         assert_eq!(decided.len(), commands.len(), "{mode}: {decided:?}");
         let (last, attacks) = decided.split_last().unwrap();
         assert!(attacks.iter().all(|d| d == "deny"), "{mode}: {decided:?}");
@@ -123,7 +126,7 @@ fn an_ask_rule_holds_against_git_global_options_and_quoting() {
         "--json",
     ];
     let (code, v) = w.json(&args);
-    assert_eq!(code, 0, "{v}");
+    assert_eq!((code, &v["state"]), (4, &json!("completed_with_denials")), "{v}");
     let (decided, asked) = decisions(&w, &v);
     assert_eq!(asked, pushes.len(), "every push was asked about: {decided:?}");
     assert!(decided.iter().all(|d| d == "deny"), "{decided:?}");
@@ -150,7 +153,7 @@ fn a_command_pattern_does_not_cover_its_redirections() {
         "--json",
     ];
     let (code, v) = w.json(&args);
-    assert_eq!(code, 0, "{v}");
+    assert_eq!((code, &v["unanswered_denials"]), (4, &json!(3)), "{v}");
     let (decided, asked) = decisions(&w, &v);
     assert_eq!(decided, ["deny", "deny", "deny", "allow"]);
     assert_eq!(asked, 3);

@@ -10,6 +10,7 @@ pub mod permission;
 pub mod plan;
 pub mod scheduler;
 pub mod status;
+pub mod time;
 pub mod workspace;
 
 pub use backend::{AcpSpec, BackendKind};

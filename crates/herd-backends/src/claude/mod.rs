@@ -193,9 +193,15 @@ pub fn args(spec: &RunSpec) -> Vec<String> {
     // `ask` rules in the settings layer of the command line outrank allow rules from any other
     // settings file and claude's own read-only shortcuts (measured on 2.1.197: `echo` and Read
     // then ask too).
-    if !spec.ask_first.is_empty() {
-        let names: Vec<String> =
-            spec.ask_first.iter().map(|t| claude_tool_name(t, spec.tools.as_deref())).collect();
+    // Only tools this claude has: a rule for another name is useless to it and makes it warn
+    // on every run (`Permission ask rule "MultiEdit" matches no known tool`).
+    let names: Vec<String> = spec
+        .ask_first
+        .iter()
+        .map(|t| claude_tool_name(t, spec.tools.as_deref()))
+        .filter(|t| knows_tool(t, spec.tools.as_deref()))
+        .collect();
+    if !names.is_empty() {
         opt("--settings", json!({"permissions": {"ask": names}}).to_string());
     }
     if let Some(p) = &spec.append_system_prompt {
@@ -210,14 +216,14 @@ pub fn args(spec: &RunSpec) -> Vec<String> {
     a
 }
 
-/// claude's built-in tools (2.1.197's init line, and the older names still accepted).
+/// claude's built-in tools herd names by default (2.1.197 has each; `Task` is the older name
+/// of `Agent`, still accepted). 2.1.197 has no `MultiEdit`.
 pub const BUILTIN_TOOLS: &[&str] = &[
     "Agent",
     "Bash",
     "Edit",
     "Glob",
     "Grep",
-    "MultiEdit",
     "NotebookEdit",
     "Read",
     "Task",
@@ -226,6 +232,55 @@ pub const BUILTIN_TOOLS: &[&str] = &[
     "WebSearch",
     "Write",
 ];
+
+/// Every tool name claude 2.1.197 takes in a permission rule without a warning (measured:
+/// its init line's tools and the ones its rules also accept; `MultiEdit`, `NotebookRead` and
+/// `LS` are warned about as matching no known tool).
+const KNOWN_TOOLS: &[&str] = &[
+    "Agent",
+    "AskUserQuestion",
+    "Bash",
+    "BashOutput",
+    "CronCreate",
+    "CronDelete",
+    "CronList",
+    "Edit",
+    "EnterPlanMode",
+    "EnterWorktree",
+    "ExitPlanMode",
+    "ExitWorktree",
+    "Glob",
+    "Grep",
+    "KillShell",
+    "ListMcpResourcesTool",
+    "LSP",
+    "NotebookEdit",
+    "Read",
+    "ReportFindings",
+    "ScheduleWakeup",
+    "SendMessage",
+    "Skill",
+    "Task",
+    "TaskCreate",
+    "TaskGet",
+    "TaskList",
+    "TaskOutput",
+    "TaskStop",
+    "TaskUpdate",
+    "TodoWrite",
+    "WebFetch",
+    "WebSearch",
+    "Workflow",
+    "Write",
+];
+
+/// Whether this claude has tool `name` (as claude spells it): a known one, an MCP server's, or
+/// one the run's own `--tools` names.
+fn knows_tool(name: &str, tools: Option<&[String]>) -> bool {
+    KNOWN_TOOLS.contains(&name)
+        || name.starts_with("mcp__")
+        || tools.is_some_and(|t| t.iter().any(|x| x == name))
+}
 
 /// A normalised tool name as claude spells it: a built-in's casing, else the spelling in the
 /// run's `--tools`, else as given (MCP tools are `mcp__server__tool`).
@@ -327,6 +382,15 @@ mod tests {
         // Nothing to ask about: no settings layer.
         let plain = RunSpec { ask_first: vec![], ..spec.clone() };
         assert!(!args(&plain).contains(&"--settings".to_owned()));
+        // Names this claude has not: left out (it would warn on every run).
+        let unknown = RunSpec {
+            ask_first: vec!["multiedit".into(), "bash".into(), "ls".into()],
+            tools: None,
+            ..spec.clone()
+        };
+        let a = args(&unknown);
+        let at = a.iter().position(|x| x == "--settings").unwrap();
+        assert_eq!(a[at + 1], r#"{"permissions":{"ask":["Bash"]}}"#);
         // A project that trusts its own settings gets them (and its MCP servers) loaded.
         let trusted = RunSpec { trust_project_settings: true, ..spec };
         let a = args(&trusted);

@@ -1,16 +1,20 @@
-//! `herd cancel`: stop a run from any terminal, no daemon needed — one service call (the
-//! owning herd is asked through the store; if it does not act, the ladder is run from here).
+//! `herd cancel`: stop a run or a plan from any terminal, no daemon needed — one service call
+//! (the owning herd is asked through the store; if it does not act, the ladder is run from here).
 
 use std::path::Path;
 
-use herd_engine::service::{CancelLevel, JobState};
+use herd_engine::service::{Caller, CancelLevel, JobState, Service};
 
+use crate::UsageError;
 use crate::cli::CancelArgs;
 
 pub fn run(state_dir: &Path, a: CancelArgs) -> anyhow::Result<u8> {
     let svc = super::open_service(state_dir, "cli")?;
     let caller = super::caller(super::person())?;
     let level = if a.force { CancelLevel::Force } else { CancelLevel::Graceful };
+    if super::plans::is_plan_id(&a.id) {
+        return plan(svc, &a, level, &caller);
+    }
     let before = svc.run(&a.id)?;
     let rt = super::runtime()?;
     let state = rt.block_on(svc.cancel(&before.id, level, "herd cancel", &caller))?;
@@ -36,6 +40,37 @@ pub fn run(state_dir: &Path, a: CancelArgs) -> anyhow::Result<u8> {
         let w = svc.cleanup_worktree(&before.id)?;
         println!("{}: uncommitted changes discarded in {} ({})", before.id, w.path, w.branch);
     }
+    rt.block_on(svc.shutdown())?;
+    Ok(code)
+}
+
+/// `herd cancel PLAN`: the plan is asked to stop through the store (its owner stops starting
+/// steps and stops the ones that run), and each running step's run too.
+fn plan(svc: Service, a: &CancelArgs, level: CancelLevel, caller: &Caller) -> anyhow::Result<u8> {
+    if a.cleanup_worktree {
+        return Err(UsageError(
+            "--cleanup-worktree is for one run; give a step's run id (herd show PLAN lists them)"
+                .into(),
+        )
+        .into());
+    }
+    let before = svc.plan(&a.id)?;
+    let rt = super::runtime()?;
+    let state = rt.block_on(svc.cancel(&before.id, level, "herd cancel", caller))?;
+    let code = match &state {
+        s if before.is_terminal() => {
+            println!("{} already ended ({})", s.id(), s.status());
+            0
+        }
+        s if s.is_terminal() => {
+            println!("{} {}", s.id(), s.status());
+            0
+        }
+        s => {
+            eprintln!("herd: {} is still {}; its steps were asked to stop", s.id(), s.status());
+            1
+        }
+    };
     rt.block_on(svc.shutdown())?;
     Ok(code)
 }

@@ -403,14 +403,23 @@ impl Gate {
                 expires_at: now_ms() + timeout.as_millis() as i64,
             })
             .await?;
-        let ev = AgentEvent::PermissionRequested {
-            request: id.clone(),
-            tool: req.tool.claude.clone(),
-            input_preview: preview,
-            timeout_ms: timeout.as_millis() as u64,
-        };
-        self.writer.append(&self.subagent, vec![Decoded::top(ev)]).await?;
-        let details = Some(json!({"request": id}));
+        let nobody = self.perms.non_interactive;
+        if nobody {
+            // Recorded like a request nobody answered (the run's result counts it), at once.
+            self.writer.close_permission_request(&id, "expired", "non-interactive").await?;
+        } else {
+            let ev = AgentEvent::PermissionRequested {
+                request: id.clone(),
+                tool: req.tool.claude.clone(),
+                input_preview: preview,
+                timeout_ms: timeout.as_millis() as u64,
+            };
+            self.writer.append(&self.subagent, vec![Decoded::top(ev)]).await?;
+        }
+        let details = Some(match nobody {
+            true => json!({"request": id, "non_interactive": true}),
+            false => json!({"request": id}),
+        });
         self.record(Entry {
             event_type: "permission_request",
             severity: "info",
@@ -421,6 +430,12 @@ impl Gate {
             req,
         })
         .await?;
+        if nobody {
+            let by = "nobody can answer: herd runs non-interactively (--non-interactive, or \
+                      --json without a terminal; --wait-for-approval waits)"
+                .to_owned();
+            return self.deny(req, "permission_decision", by, None).await;
+        }
         let deadline = tokio::time::Instant::now() + timeout;
         let waiting = self.answers.register(&id);
         loop {

@@ -228,6 +228,7 @@ impl Engine {
                 "sandbox": req.permissions.confine.decide().record(
                     req.permissions.confine.effective_mode().unwrap_or_default()),
                 "trust_project_settings": req.permissions.confine.trust_project_settings,
+                "plan": req.plan_step.as_ref().map(|(plan, step)| json!({"id": plan, "step": step})),
             }),
             owner_pid,
             owner_start_time,

@@ -67,6 +67,9 @@ pub(super) struct RunState<'e> {
     /// Progress not yet published (published only after a flush: persisted before shown).
     pending: Progress,
     last_progress: Instant,
+    /// Turns and tokens as last written to the run's row (so `herd ps` sees them live).
+    persisted: (u32, herd_core::Usage),
+    last_persisted: Option<Instant>,
     obs: Observed,
     /// When the process started (ms since the epoch), as recorded in its row.
     pub(super) started_at: Option<i64>,
@@ -121,6 +124,8 @@ impl<'e> RunState<'e> {
             progress,
             pending: Progress::default(),
             last_progress: Instant::now(),
+            persisted: (0, herd_core::Usage::default()),
+            last_persisted: None,
             obs: Observed::default(),
             started_at: None,
             running: None,
@@ -381,6 +386,9 @@ impl<'e> RunState<'e> {
                     }
                 }
                 _ = poll.tick(), if self.stop_reason.is_none() => {
+                    // Figures held back by the rate limit reach the row even when the stream
+                    // goes quiet (an agent waiting for a person says nothing more).
+                    self.persist_live(Update::default()).await?;
                     let asked = self.engine.store().run_requests(self.id.as_str()).unwrap_or_default();
                     if let Some(reason) = asked.revoked {
                         self.calls.gate.revoke(&reason).await;
@@ -428,9 +436,18 @@ impl<'e> RunState<'e> {
         }
         let mut tool = None;
         let mut got_result = false;
+        let mut live = Update::default();
         self.calls.observe(&evs, self.backend);
         for d in &evs {
             match &d.event {
+                // What the stream says of the session, on the row at once (`herd ps`, `show`).
+                AgentEvent::Init { native_session_id, model, .. } => {
+                    if let Some(s) = native_session_id {
+                        self.obs.native_session_id = Some(s.clone());
+                        live.native_session_id = Some(s.clone());
+                    }
+                    live.model.clone_from(model);
+                }
                 AgentEvent::Result(r) => {
                     if self.stop_reason.is_none() {
                         self.result_before_stop = true;
@@ -440,9 +457,6 @@ impl<'e> RunState<'e> {
                     }
                     self.obs.result = Some(r.clone());
                     got_result = true;
-                }
-                AgentEvent::Init { native_session_id: Some(s), .. } => {
-                    self.obs.native_session_id = Some(s.clone());
                 }
                 AgentEvent::ToolCall { name, .. } if d.parent_tool_use_id.is_none() => {
                     tool = Some(name.clone());
@@ -472,6 +486,7 @@ impl<'e> RunState<'e> {
         let n = evs.len() as u64;
         self.engine.writer().append(&self.id, evs).await?;
         self.pending.events += n;
+        self.persist_live(live).await?;
         if tool.is_some() {
             self.pending.current_tool = tool;
         }
@@ -507,6 +522,27 @@ impl<'e> RunState<'e> {
         if self.handshake_deadline.is_some() && self.decoder.handshake_pending().is_none() {
             self.handshake_deadline = None;
         }
+    }
+
+    /// Put what the stream said so far on the run's row (queued, after its events): the
+    /// session and model when they are said, turns and tokens when they changed, at most twice
+    /// a second. The end of the run writes the final figures.
+    async fn persist_live(&mut self, mut u: Update) -> Result<(), EngineError> {
+        const EVERY: Duration = Duration::from_millis(500);
+        let figures = (self.decoder.turns(), self.decoder.usage());
+        let due = self.last_persisted.is_none_or(|t| t.elapsed() >= EVERY);
+        if figures != self.persisted && (due || u.native_session_id.is_some()) {
+            u.num_turns = Some(figures.0);
+            u.usage = Some(figures.1);
+            self.persisted = figures;
+            self.last_persisted = Some(Instant::now());
+        }
+        let empty = u.native_session_id.is_none() && u.model.is_none() && u.num_turns.is_none();
+        if !empty {
+            // Not waited for: the run goes on while it commits.
+            drop(self.engine.writer().queue_update(&self.id, u).await?);
+        }
+        Ok(())
     }
 
     async fn record_stop(&self, step: &str, why: &str) -> Result<(), EngineError> {

@@ -35,7 +35,8 @@ pub use read::{AuditQuery, GcReport, Pruned, RunFilter};
 pub use request::{AGENTS_MD_BUDGET, DEFAULT_TIMEOUT, MEMORY_BUDGET};
 pub use tasks::Spawned;
 pub use views::{
-    AuditEntry, PermissionRequestView, PlanUsage, PlanView, RunView, StepView, WorktreeView,
+    AuditEntry, PermissionRequestView, PlanEventView, PlanUsage, PlanView, RunState, RunView,
+    StepView, WorktreeView,
 };
 pub use watch::Watch;
 

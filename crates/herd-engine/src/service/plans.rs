@@ -183,8 +183,9 @@ impl Service {
                     s.id, e.message
                 ))
             };
-            let r =
-                resolve(&mut project, caller, step_spec(s, &base_dir), fallbacks).map_err(at)?;
+            let mut step = step_spec(s, &base_dir);
+            step.non_interactive = spec.non_interactive;
+            let r = resolve(&mut project, caller, step, fallbacks).map_err(at)?;
             requests.push(r.req);
         }
         Ok(Loaded { plan, requests, source_file, per_parent: project.config.max_per_parent })

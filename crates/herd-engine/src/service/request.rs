@@ -288,6 +288,7 @@ pub(crate) fn resolve(
         perms.hooks.extend(config::hook_defs(&d.hooks).map_err(at)?);
     }
     perms.auto_approve = spec.auto_approve;
+    perms.non_interactive = spec.non_interactive;
     if let Some(t) = spec.permission_timeout.or(cfg_permission_timeout) {
         perms.ask_timeout = t;
     }
