@@ -620,12 +620,12 @@ fn resume_continues_the_native_session(cli: Cli) {
         // gemini 0.61.0 names a session's file by the minute it started and its id: a
         // session/load within that minute starts a recording of the same name over it and then
         // finds nothing to load (measured). A person resumes later; the test waits.
-        let done = first["completed_at"].as_u64().unwrap();
-        let next = (done / 60_000 + 1) * 60_000 + 500;
         let now = || {
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis()
                 as u64
         };
+        // The run has completed: now is at or after its end.
+        let next = (now() / 60_000 + 1) * 60_000 + 500;
         std::thread::sleep(Duration::from_millis(next.saturating_sub(now())));
     }
     // A resumed run takes its CLI from the run it continues: no --cli.

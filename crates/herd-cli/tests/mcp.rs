@@ -682,7 +682,7 @@ async fn agent_cli_runs_codex_gemini_and_a_defined_acp_agent() {
         }
         let v = ok(&c, "task", args).await;
         assert_eq!(v["status"], "completed", "{v}");
-        assert_eq!(v["output"], format!("hello from {cli}"), "{v}");
+        assert_eq!(v["result"], format!("hello from {cli}"), "{v}");
         assert_eq!(show(&w, v["session_id"].as_str().unwrap())["cli"], cli);
     }
     let e = err(&c, "task", json!({"description": "x", "prompt": "p", "agent_cli": "acp"})).await;
