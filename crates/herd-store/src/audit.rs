@@ -35,6 +35,8 @@ pub struct NewAudit {
 #[derive(Debug, Clone, Serialize)]
 pub struct AuditRow {
     pub id: i64,
+    /// When it was written: ms since the epoch, RFC 3339 text in JSON.
+    #[serde(serialize_with = "herd_core::time::ser_ms")]
     pub ts: i64,
     pub event_type: String,
     pub severity: String,
@@ -85,6 +87,11 @@ pub struct PermissionRequestRow {
     pub always: bool,
     pub reason: Option<String>,
     pub decided_by: Option<String>,
+    /// The name of the run that asks (a plan step's key).
+    pub run_name: String,
+    /// The plan and step the run is, when it is one.
+    pub plan_id: Option<String>,
+    pub step: Option<String>,
 }
 
 /// How `herd approve` / `herd deny` went.
@@ -168,8 +175,10 @@ pub(crate) fn set_auto_approve(c: &Connection, id: &str, on: bool) -> Result<()>
 }
 
 const SELECT_REQUEST: &str =
-    "SELECT id, subagent_id, tool, input_preview, input_sha256, created_at,
-    expires_at, status, always, reason, decided_by FROM permission_requests";
+    "SELECT r.id, r.subagent_id, r.tool, r.input_preview, r.input_sha256, r.created_at,
+    r.expires_at, r.status, r.always, r.reason, r.decided_by, s.name,
+    json_extract(s.spec, '$.plan.id'), json_extract(s.spec, '$.plan.step')
+    FROM permission_requests r LEFT JOIN subagents s ON s.id = r.subagent_id";
 
 fn request_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<PermissionRequestRow> {
     Ok(PermissionRequestRow {
@@ -184,6 +193,9 @@ fn request_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<PermissionRequestRow> 
         always: r.get::<_, i64>(8)? != 0,
         reason: r.get(9)?,
         decided_by: r.get(10)?,
+        run_name: r.get::<_, Option<String>>(11)?.unwrap_or_default(),
+        plan_id: r.get(12)?,
+        step: r.get(13)?,
     })
 }
 
@@ -256,9 +268,18 @@ impl Store {
     /// Permission requests: pending ones (of one subagent, or all), newest last.
     pub fn pending_requests(&self, subagent: Option<&str>) -> Result<Vec<PermissionRequestRow>> {
         let mut stmt = self.conn.prepare(&format!(
-            "{SELECT_REQUEST} WHERE status = 'pending' AND (?1 IS NULL OR subagent_id = ?1)
-             ORDER BY created_at"
+            "{SELECT_REQUEST} WHERE r.status = 'pending' AND (?1 IS NULL OR r.subagent_id = ?1)
+             ORDER BY r.created_at"
         ))?;
+        let rows = stmt.query_map([subagent], request_row)?.collect::<rusqlite::Result<_>>()?;
+        Ok(rows)
+    }
+
+    /// Every permission request of run `subagent`, oldest first.
+    pub fn requests_of(&self, subagent: &str) -> Result<Vec<PermissionRequestRow>> {
+        let mut stmt = self
+            .conn
+            .prepare(&format!("{SELECT_REQUEST} WHERE r.subagent_id = ?1 ORDER BY r.created_at"))?;
         let rows = stmt.query_map([subagent], request_row)?.collect::<rusqlite::Result<_>>()?;
         Ok(rows)
     }
@@ -267,7 +288,7 @@ impl Store {
     pub fn permission_request(&self, id: &str) -> Result<Option<PermissionRequestRow>> {
         Ok(self
             .conn
-            .one(&format!("{SELECT_REQUEST} WHERE id = ?1"), [id], request_row)
+            .one(&format!("{SELECT_REQUEST} WHERE r.id = ?1"), [id], request_row)
             .optional()?)
     }
 

@@ -29,7 +29,6 @@ pub use api::{
     Answer, Caller, CancelLevel, DEPTH_VAR, MAX_DEPTH_VAR, PlanSource, PlanSpec, TaskSpec,
     WaitMode, WorkspaceSpec,
 };
-pub use board::{GraphNode, PlanGraph};
 pub use error::{ApiError, Code};
 pub use jobs::{JobState, Waited};
 pub use plans::{PlanOutline, PlanStarted};
@@ -37,7 +36,8 @@ pub use read::{AuditQuery, GcReport, Pruned, RunFilter};
 pub use request::{AGENTS_MD_BUDGET, DEFAULT_TIMEOUT, MEMORY_BUDGET};
 pub use tasks::Spawned;
 pub use views::{
-    AuditEntry, PermissionRequestView, PlanUsage, PlanView, RunView, StepView, WorktreeView,
+    AuditEntry, PermissionRequestView, PlanEventView, PlanUsage, PlanView, RunState, RunView,
+    StepView, WorktreeView,
 };
 pub use watch::Watch;
 
@@ -76,11 +76,16 @@ impl ServiceOptions {
     pub fn for_project(project_root: &Path, surface: &str) -> Result<Self, ApiError> {
         let cfg =
             crate::config::load(project_root).map_err(|e| ApiError::invalid(e.to_string()))?;
+        let mut engine = EngineConfig::default();
+        if let Some(t) = cfg.handshake_timeout().map_err(ApiError::invalid)? {
+            engine.handshake_timeout = t;
+        }
         Ok(Self {
             surface: surface.into(),
             max_concurrent: cfg.max_concurrent.map_or(DEFAULT_MAX_CONCURRENT, |n| n as usize),
             max_queue: cfg.max_queue.map_or(DEFAULT_MAX_QUEUE, |n| n as usize),
             configured_max_concurrent: cfg.max_concurrent.is_some(),
+            engine,
             ..Self::default()
         })
     }

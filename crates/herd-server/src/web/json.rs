@@ -2,7 +2,7 @@
 //! row in a long list, a plan with its graph and merges, a request with who asks and since when.
 
 use herd_core::Usage;
-use herd_engine::service::{PermissionRequestView, PlanGraph, PlanView, RunView, WorktreeView};
+use herd_engine::service::{PermissionRequestView, PlanView, RunView};
 use serde::{Deserialize, Serialize};
 
 /// A run in the list: what a row shows (no prompt or result, which may be long).
@@ -12,13 +12,20 @@ pub struct RunRow {
     pub name: String,
     pub cli: String,
     pub status: String,
+    /// `status` refined (`waiting` for a person, `completed_with_denials`).
+    pub state: String,
+    pub plan_id: Option<String>,
+    pub step: Option<String>,
     pub failure_reason: Option<String>,
     pub model: Option<String>,
     pub num_turns: Option<u32>,
     pub usage: Usage,
     pub cost_usd: Option<f64>,
+    #[serde(serialize_with = "herd_core::time::ser_ms")]
     pub created_at: i64,
+    #[serde(serialize_with = "herd_core::time::ser_opt_ms")]
     pub started_at: Option<i64>,
+    #[serde(serialize_with = "herd_core::time::ser_opt_ms")]
     pub completed_at: Option<i64>,
     pub duration_ms: Option<i64>,
 }
@@ -27,6 +34,9 @@ impl From<RunView> for RunRow {
     fn from(r: RunView) -> Self {
         Self {
             status: r.status.to_string(),
+            state: r.state.to_string(),
+            plan_id: r.plan_id,
+            step: r.step,
             id: r.id,
             name: r.name,
             cli: r.cli,
@@ -48,16 +58,8 @@ impl From<RunView> for RunRow {
 pub struct Overview {
     pub runs: Vec<RunRow>,
     pub plans: Vec<PlanView>,
-    /// The service's clock, so pages show ages without trusting the browser's.
+    /// The service's clock (ms), so pages show ages without trusting the browser's.
     pub now: i64,
-}
-
-/// A plan: its steps, their graph, and where its isolated steps' branches went (in merge order).
-#[derive(Debug, Serialize)]
-pub struct PlanDetail {
-    pub plan: PlanView,
-    pub graph: PlanGraph,
-    pub worktrees: Vec<WorktreeView>,
 }
 
 /// A tool call waiting for a person, with what the list shows of its run.
@@ -65,7 +67,6 @@ pub struct PlanDetail {
 pub struct Pending {
     #[serde(flatten)]
     pub request: PermissionRequestView,
-    pub run_name: String,
     pub run_cli: String,
     /// The internal subagent (Claude's Task tool call id) that asks; `None`: the agent itself.
     pub origin: Option<String>,

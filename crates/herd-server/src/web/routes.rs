@@ -15,7 +15,7 @@ use hyper::{Method, Request, StatusCode};
 use tokio::sync::watch;
 
 use super::http::{self, Failure, Resp};
-use super::json::{AnswerBody, CancelBody, Overview, Pending, PlanDetail, RunRow, SendBody};
+use super::json::{AnswerBody, CancelBody, Overview, Pending, RunRow, SendBody};
 use super::{assets, guard, sse};
 use crate::request::{Defaults, caller};
 
@@ -129,15 +129,12 @@ async fn route(s: &State, req: Request<Incoming>) -> Result<Resp, Failure> {
             let w = s.svc.watch(id, from).map_err(api_error)?;
             Ok(sse::run(w, s.stop.clone()))
         }
-        ["plans", id] => {
-            let detail = plan_detail(&s.svc, id).map_err(api_error)?;
-            Ok(http::json(StatusCode::OK, &detail))
-        }
+        ["plans", id] => Ok(http::json(StatusCode::OK, &s.svc.plan(id).map_err(api_error)?)),
         ["plans", id, "stream"] => {
             let plan = s.svc.plan(id).map_err(api_error)?;
             let from = sse::resume_from(&req, http::query_num(&req, "from").map_err(bad)?);
             let snapshot = |svc: &Service, id: &str| {
-                plan_detail(svc, id).ok().and_then(|d| serde_json::to_string(&d).ok())
+                svc.plan(id).ok().and_then(|p| serde_json::to_string(&p).ok())
             };
             Ok(sse::plan(s.svc.clone(), plan.id, from, snapshot, s.stop.clone()))
         }
@@ -163,7 +160,7 @@ fn overview(s: &State, req: &Request<Incoming>) -> Result<Resp, Failure> {
         .map(RunRow::from)
         .filter(|r| status.as_deref().is_none_or(|st| r.status == st))
         .collect();
-    let plans = s.svc.plans(limit).map_err(api_error)?;
+    let plans = s.svc.plans(RunFilter { all: true, limit }).map_err(api_error)?;
     let plans = plans.into_iter().filter(|p| status.as_deref().is_none_or(|st| p.status == st));
     Ok(http::json(StatusCode::OK, &Overview { runs, plans: plans.collect(), now: now_ms() }))
 }
@@ -175,16 +172,6 @@ fn events(s: &State, id: &str, req: &Request<Incoming>) -> Result<Resp, Failure>
     Ok(http::json(StatusCode::OK, &evs))
 }
 
-/// A plan with its graph and its worktrees (merged ones first, in the order they merged).
-pub fn plan_detail(svc: &Service, id: &str) -> Result<PlanDetail, ApiError> {
-    let plan = svc.plan(id)?;
-    let graph = svc.plan_graph(&plan.id)?;
-    let mut worktrees: Vec<_> =
-        svc.worktrees(true)?.into_iter().filter(|w| w.run_id == plan.id).collect();
-    worktrees.sort_by_key(|w| (w.merged_at.is_none(), w.merged_at, w.created_at));
-    Ok(PlanDetail { plan, graph, worktrees })
-}
-
 fn pending(s: &State) -> Result<Resp, Failure> {
     let now = now_ms();
     let mut out = Vec::new();
@@ -192,7 +179,6 @@ fn pending(s: &State) -> Result<Resp, Failure> {
         let run = s.svc.run(&request.subagent_id).ok();
         let origin = s.svc.request_origin(&request.subagent_id, &request.id).unwrap_or(None);
         out.push(Pending {
-            run_name: run.as_ref().map(|r| r.name.clone()).unwrap_or_default(),
             run_cli: run.as_ref().map(|r| r.cli.clone()).unwrap_or_default(),
             origin,
             now,

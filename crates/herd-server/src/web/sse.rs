@@ -131,12 +131,8 @@ where
             };
             for e in &batch {
                 last = e.seq;
-                let payload: serde_json::Value =
-                    serde_json::from_str(&e.payload).unwrap_or(serde_json::Value::Null);
-                let j = serde_json::json!({
-                    "seq": e.seq, "ts": e.ts, "kind": e.kind, "step": e.step, "payload": payload,
-                });
-                if tx.send(frame("plan", Some(e.seq), &j.to_string())).await.is_err() {
+                let j = serde_json::to_string(e).unwrap_or_default();
+                if tx.send(frame("plan", Some(e.seq), &j)).await.is_err() {
                     return;
                 }
             }

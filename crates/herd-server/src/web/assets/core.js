@@ -75,9 +75,15 @@ const runLink = (id, label) => h('a', { href: '#/run/' + enc(id), class: 'id' },
 const planLink = (id, label) => h('a', { href: '#/plan/' + enc(id), class: 'id' }, label || short(id));
 const short = (id) => (id && id.length > 14 ? id.slice(0, 14) + '…' : id || '');
 
-function fmtTime(ms) {
-  if (!ms) return '';
-  const d = new Date(ms);
+// A time from the API (RFC 3339 text, or ms since the epoch) as ms; null when absent.
+function ms(t) {
+  if (t === null || t === undefined || t === '') return null;
+  return typeof t === 'number' ? t : Date.parse(t);
+}
+
+function fmtTime(t) {
+  if (!t) return '';
+  const d = new Date(ms(t));
   const today = new Date();
   return d.toDateString() === today.toDateString() ? d.toLocaleTimeString() : d.toLocaleString();
 }

@@ -17,30 +17,30 @@ function pagePlan(main, id) {
     err, head, graph,
     h('h2', null, 'Steps'),
     h('table', { class: 'grid', id: 'steps' },
-      h('thead', null, h('tr', null, ['step', 'status', 'reason', 'attempts', 'run'].map((c) => h('th', null, c)))), steps),
+      h('thead', null, h('tr', null, ['step', 'status', 'reason', 'attempts', 'turns', 'tokens in / out', 'cost', 'duration', 'run'].map((c) => h('th', null, c)))), steps),
     h('h2', null, 'Merges'), merges,
     h('h2', null, 'Events'), log,
   ]);
   let drawnShape = '';
   const es = feed('plans/' + enc(id) + '/stream', {
     plan: (e) => {
-      const p = e.payload || {};
       log.appendChild(h('li', { 'data-kind': e.kind },
         h('time', null, fmtTime(e.ts)), ' ', h('b', null, e.kind), e.step ? ' ' + e.step : '',
-        p.reason ? ' — ' + p.reason : '',
-        p.subagent_id ? [' ', runLink(p.subagent_id)] : null));
+        e.reason ? ' — ' + e.reason : '',
+        e.subagent_id ? [' ', runLink(e.subagent_id)] : null));
     },
-    snapshot: (d) => {
+    snapshot: (p) => {
       clear(err);
-      renderPlanHead(head, d.plan);
-      const shape = JSON.stringify(d.graph.edges);
+      renderPlanHead(head, p);
+      const edges = graphOf(p);
+      const shape = JSON.stringify(edges);
       if (shape !== drawnShape) {
-        drawGraph(graph, d.graph);
+        drawGraph(graph, edges);
         drawnShape = shape;
       }
-      colourGraph(graph, d.plan.steps);
-      renderSteps(steps, d.plan.steps);
-      renderMerges(merges, d.worktrees);
+      colourGraph(graph, p.steps || []);
+      renderSteps(steps, p.steps || []);
+      renderMerges(merges, p.worktrees || [], p.integration_branch);
     },
     failure: (e) => clear(err).appendChild(notice(e.message)),
   });
@@ -56,13 +56,23 @@ function renderPlanHead(el, p) {
   } }, 'Cancel plan');
   append(el, [
     h('span', null, h('b', null, p.name)),
-    h('span', { id: 'plan-status', 'data-status': p.status }, statusTag(p.status)),
-    h('span', null, p.completed_steps + ' completed, ' + p.failed_steps + ' failed of ' + p.total_steps),
+    h('span', { id: 'plan-status', 'data-status': p.status }, statusTag(p.state || p.status)),
+    h('span', null, p.completed_steps + ' completed, ' + p.failed_steps + ' failed, ' + p.running_steps + ' running of ' + p.total_steps),
+    h('span', null, 'duration ' + fmtDur(p.duration_ms)),
     h('span', null, 'tokens ' + fmtNum(p.usage.input_tokens) + ' / ' + fmtNum(p.usage.output_tokens)),
     h('span', null, 'cost ', h('b', null, fmtCost(p.cost_usd))),
     h('span', null, 'started ' + fmtTime(p.created_at)),
     ['completed', 'failed', 'cancelled', 'interrupted'].includes(p.status) ? null : cancel,
   ]);
+}
+
+// Each step with the steps it waits for, as the plan's strategy says.
+function graphOf(p) {
+  const st = p.steps || [];
+  return st.map((s, i) => ({
+    id: s.id,
+    depends_on: p.strategy === 'sequential' ? (i ? [st[i - 1].id] : []) : (p.strategy === 'parallel' ? [] : s.depends_on || []),
+  }));
 }
 
 // Columns by depth (the longest chain of dependencies before a step), rows in plan order.
@@ -90,8 +100,9 @@ function layout(edges) {
   return { pos, width: PAD * 2 + cols.length * (NODE_W + GAP_X) - GAP_X, height: PAD * 2 + rows * (NODE_H + GAP_Y) - GAP_Y };
 }
 
-function drawGraph(el, g) {
-  const { pos, width, height } = layout(g.edges);
+function drawGraph(el, edges) {
+  const g = { edges };
+  const { pos, width, height } = layout(edges);
   const root = svg('svg', { width: Math.max(width, 200), height, viewBox: `0 0 ${Math.max(width, 200)} ${height}`, role: 'img', 'aria-label': 'plan graph' });
   root.appendChild(svg('defs', null, svg('marker', { id: 'arrow', viewBox: '0 0 10 10', refX: 10, refY: 5, markerWidth: 7, markerHeight: 7, orient: 'auto-start-reverse' },
     svg('path', { d: 'M 0 0 L 10 5 L 0 10 z', class: 'arrowhead' }))));
@@ -127,7 +138,8 @@ function colourGraph(el, steps) {
     node.setAttribute('data-status', s.status);
     node.setAttribute('class', 'node st-' + s.status.replace(/[^a-z_]/g, '') + (depFailed ? ' dep-failed' : ''));
     if (s.subagent_id) node.dataset.run = s.subagent_id;
-    node.querySelector('.node-status').textContent = s.status + (s.attempts > 1 ? ' · attempt ' + s.attempts : '');
+    node.setAttribute('data-state', s.state || s.status);
+    node.querySelector('.node-status').textContent = (s.state || s.status) + (s.attempts > 1 ? ' · attempt ' + s.attempts : '') + (s.cost_usd ? ' · ' + fmtCost(s.cost_usd) : '');
     const why = depFailed ? 'dependency failed' : (s.failure_reason || '');
     node.querySelector('.node-reason').textContent = why.length > 30 ? why.slice(0, 29) + '…' : why;
     node.querySelector('title').textContent = s.id + ': ' + s.status + (s.failure_reason ? ' — ' + s.failure_reason : '');
@@ -139,18 +151,23 @@ function renderSteps(body, steps) {
   for (const s of steps) {
     f.appendChild(h('tr', { 'data-step': s.id, 'data-status': s.status },
       h('td', null, s.id, s.name && s.name !== s.id ? h('div', { class: 'reason-text' }, s.name) : null),
-      h('td', null, statusTag(s.status)),
+      h('td', null, statusTag(s.state || s.status)),
       h('td', { class: (s.failure_reason || '').startsWith('dependency_failed') ? 'dep-failed-text' : '' }, s.failure_reason || ''),
       h('td', { class: 'num' }, s.attempts),
+      h('td', { class: 'num' }, s.num_turns === null ? '' : s.num_turns),
+      h('td', { class: 'num' }, fmtNum((s.usage || {}).input_tokens) + ' / ' + fmtNum((s.usage || {}).output_tokens)),
+      h('td', { class: 'num' }, fmtCost(s.cost_usd)),
+      h('td', { class: 'num' }, fmtDur(s.duration_ms)),
       h('td', null, s.subagent_id ? runLink(s.subagent_id) : '')));
   }
   clear(body).appendChild(f);
 }
 
-function renderMerges(el, worktrees) {
+function renderMerges(el, worktrees, into) {
   clear(el);
-  const steps = worktrees.filter((w) => w.kind === 'step');
-  const integ = worktrees.find((w) => w.kind === 'integration');
+  const steps = worktrees.filter((w) => w.kind === 'step')
+    .sort((a, b) => (ms(a.merged_at) || Infinity) - (ms(b.merged_at) || Infinity));
+  const integ = worktrees.find((w) => w.kind === 'integration') || (into ? { branch: into } : null);
   if (!steps.length) {
     el.appendChild(h('p', { class: 'empty' }, 'no isolated steps: nothing to merge'));
     return;

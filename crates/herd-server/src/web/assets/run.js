@@ -72,7 +72,8 @@ function renderRunHead(el, r) {
   append(el, [
     h('dl', { class: 'facts' },
       h('dt', null, 'name'), h('dd', null, r.name),
-      h('dt', null, 'status'), h('dd', { id: 'run-status', 'data-status': r.status }, statusTag(r.status), r.failure_reason ? ' ' + r.failure_reason : ''),
+      h('dt', null, 'status'), h('dd', { id: 'run-status', 'data-status': r.status }, statusTag(r.state || r.status), r.failure_reason ? ' ' + r.failure_reason : ''),
+      r.plan_id ? [h('dt', null, 'plan'), h('dd', null, planLink(r.plan_id), ' step ', r.step || '')] : null,
       h('dt', null, 'agent'), h('dd', null, r.cli + (r.model ? ' · ' + r.model : '')),
       h('dt', null, 'directory'), h('dd', null, h('code', null, r.cwd)),
       wt ? [h('dt', null, 'worktree'), h('dd', null, h('code', null, wt.path), ' on ', h('code', null, wt.branch), ' (' + wt.status + ')', wt.merge_commit ? [' merged as ', h('code', null, wt.merge_commit.slice(0, 12))] : null)] : null,

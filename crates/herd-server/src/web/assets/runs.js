@@ -35,7 +35,7 @@ function pageRuns(main, params) {
       return;
     }
     clear(err);
-    renderPlans(plansBody, v.plans, v.now);
+    renderPlans(plansBody, v.plans);
     renderRuns(runsBody, v.runs, v.now);
     renderTotals(totals, v);
   });
@@ -44,18 +44,18 @@ function pageRuns(main, params) {
   return () => es.close();
 }
 
-function renderPlans(body, plans, now) {
+function renderPlans(body, plans) {
   const f = document.createDocumentFragment();
   for (const p of plans) {
     f.appendChild(h('tr', { 'data-id': p.id, 'data-status': p.status },
       h('td', null, planLink(p.id)),
       h('td', null, p.name),
-      h('td', null, statusTag(p.status)),
+      h('td', null, statusTag(p.state || p.status)),
       h('td', { class: 'num' }, p.completed_steps + ' / ' + p.failed_steps + ' / ' + p.total_steps),
       h('td', { class: 'num' }, fmtNum(p.usage.input_tokens) + ' / ' + fmtNum(p.usage.output_tokens)),
       h('td', { class: 'num' }, fmtCost(p.cost_usd)),
       h('td', null, fmtTime(p.created_at)),
-      h('td', { class: 'num' }, fmtDur((p.completed_at || now) - p.created_at))));
+      h('td', { class: 'num' }, fmtDur(p.duration_ms))));
   }
   if (!plans.length) f.appendChild(h('tr', null, h('td', { colspan: 8, class: 'empty' }, 'no plans')));
   clear(body).appendChild(f);
@@ -64,12 +64,12 @@ function renderPlans(body, plans, now) {
 function renderRuns(body, runs, now) {
   const f = document.createDocumentFragment();
   for (const r of runs) {
-    const dur = r.duration_ms !== null ? r.duration_ms : (r.started_at ? now - r.started_at : null);
+    const dur = r.duration_ms !== null ? r.duration_ms : (r.started_at ? now - ms(r.started_at) : null);
     f.appendChild(h('tr', { 'data-id': r.id, 'data-status': r.status },
       h('td', null, runLink(r.id)),
-      h('td', null, r.name),
+      h('td', null, r.name, r.plan_id ? h('div', { class: 'reason-text' }, 'step of ', planLink(r.plan_id)) : null),
       h('td', null, r.cli + (r.model ? ' · ' + r.model : '')),
-      h('td', null, statusTag(r.status), r.failure_reason ? h('div', { class: 'reason-text' }, r.failure_reason) : null),
+      h('td', null, statusTag(r.state || r.status), r.failure_reason ? h('div', { class: 'reason-text' }, r.failure_reason) : null),
       h('td', { class: 'num' }, fmtDur(dur)),
       h('td', { class: 'num' }, r.num_turns === null ? '' : r.num_turns),
       h('td', { class: 'num' }, fmtNum(r.usage.input_tokens) + ' / ' + fmtNum(r.usage.output_tokens)),

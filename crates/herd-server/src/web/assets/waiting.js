@@ -54,12 +54,14 @@ function pageWaiting(main) {
 function pendingCard(r, done) {
   // The server's clock decides how long it has waited; the browser's only ticks it along.
   const skew = r.now - Date.now();
+  const since = ms(r.created_at);
   return h('div', { class: 'card pending', 'data-request': r.id, 'data-run': r.subagent_id },
     h('div', { class: 'card-head' },
       h('b', { class: 'tool' }, r.tool), ' asked by ', runLink(r.subagent_id, r.run_name || short(r.subagent_id)),
       ' (' + r.run_cli + ') · ',
       r.origin ? ['internal subagent ', h('span', { class: 'id origin' }, r.origin)] : h('span', { class: 'origin' }, 'the agent itself'),
-      ' · waiting ', h('span', { 'data-since': r.created_at, 'data-skew': skew }, fmtDur(r.now - r.created_at)),
+      r.plan_id ? [' · step ', r.step || '', ' of ', planLink(r.plan_id)] : null,
+      ' · waiting ', h('span', { 'data-since': since, 'data-skew': skew }, fmtDur(r.now - since)),
       ' · expires in ' + fmtDur(r.expires_in_s * 1000)),
     h('pre', { class: 'input' }, r.input_preview),
     h('div', { class: 'id' }, r.id),
