@@ -33,6 +33,17 @@ impl Daemon {
         d
     }
 
+    /// The dashboard's URL with its token, once `--web` has written it.
+    pub fn web_url(&self, w: &World) -> String {
+        let mut url = None;
+        let up = wait_until(Duration::from_secs(20), || {
+            url = herd_server::web::read_url(&w.state);
+            url.is_some()
+        });
+        assert!(up, "herd serve --web wrote no web.url");
+        url.unwrap()
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.as_ref().map(Child::id).unwrap_or(0)
     }

@@ -169,10 +169,10 @@ class Conversation {
           (e.permission_denials || []).length ? h('div', { class: 'err' }, 'denied: ' + e.permission_denials.map((d) => d.tool_name || JSON.stringify(d)).join(', ')) : null);
       case 'permission_requested':
         return h('div', Object.assign({ class: 'perm asked', 'data-request': e.request }, at),
-          '✋ asks to use ', h('b', null, e.tool), ' ', h('code', null, e.input_preview), ' — waiting for a person (', h('span', { class: 'id' }, e.request), ')');
+          'asks to use ', h('b', null, e.tool), ' ', h('code', null, e.input_preview), ' — waiting for a person (', h('span', { class: 'id' }, e.request), ')');
       case 'permission_decided':
         return h('div', Object.assign({ class: 'perm decided d-' + e.decision, 'data-request': e.request || '' }, at),
-          e.decision === 'allow' ? '✔ allowed ' : '✘ denied ', h('b', null, e.tool), ' by ' + e.by);
+          e.decision === 'allow' ? 'allowed ' : 'denied ', h('b', null, e.tool), ' by ' + e.by);
       case 'stderr':
         return h('div', Object.assign({ class: 'err' }, at), 'stderr: ', e.line);
       case 'decode_error':
@@ -188,6 +188,7 @@ class Conversation {
       case 'task':
         return h('div', Object.assign({ class: 'life' }, at), 'internal subagent ' + e.subtype + (e.description ? ': ' : ''), e.description || '', e.status ? ' (' + e.status + ')' : '');
       case 'stream_event':
+      case 'control_request':
       case 'control_response':
         return null;
       default:
