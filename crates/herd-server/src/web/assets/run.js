@@ -47,6 +47,7 @@ function pageRun(main, id) {
     let evs = [];
     try { evs = await api('runs/' + enc(id) + '/events?after=0'); } catch (e) { clear(err).appendChild(notice(e.message)); }
     conv.addAll(evs);
+    markRendered();
     const last = evs.length ? evs[evs.length - 1].seq : 0;
     if (closed) return;
     es = feed('runs/' + enc(id) + '/stream?from=' + (last + 1), {

@@ -38,6 +38,7 @@ function pageRuns(main, params) {
     renderPlans(plansBody, v.plans);
     renderRuns(runsBody, v.runs, v.now);
     renderTotals(totals, v);
+    markRendered();
   });
   load();
   const es = feed('live', { tick: load });
