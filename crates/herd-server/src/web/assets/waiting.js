@@ -57,7 +57,7 @@ function pendingCard(r, done) {
   const since = ms(r.created_at);
   return h('div', { class: 'card pending', 'data-request': r.id, 'data-run': r.subagent_id },
     h('div', { class: 'card-head' },
-      h('b', { class: 'tool' }, r.tool), ' asked by ', runLink(r.subagent_id, r.run_name || short(r.subagent_id)),
+      h('b', { class: 'tool-label' }, r.tool), ' asked by ', runLink(r.subagent_id, r.run_name || short(r.subagent_id)),
       ' (' + r.run_cli + ') · ',
       r.origin ? ['internal subagent ', h('span', { class: 'id origin' }, r.origin)] : h('span', { class: 'origin' }, 'the agent itself'),
       r.plan_id ? [' · step ', r.step || '', ' of ', planLink(r.plan_id)] : null,
