@@ -1,0 +1,197 @@
+//! The PostgreSQL connection behind [`super::Db`]: statements translated from the SQLite
+//! spelling (`?N` → `$N`, `INSERT OR IGNORE`) once, prepared once per connection.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+
+use postgres::types::ToSql;
+use postgres::{Client, NoTls, Statement};
+
+use super::V;
+use crate::{Result, StoreError};
+
+/// One client connection and its prepared statements (keyed by the SQLite spelling).
+pub(crate) struct PgConn {
+    client: RefCell<Client>,
+    stmts: RefCell<HashMap<String, Statement>>,
+    in_tx: Cell<bool>,
+}
+
+impl std::fmt::Debug for PgConn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PgConn")
+    }
+}
+
+impl PgConn {
+    /// Connect to `url` (no TLS: reach a remote server through a tunnel or a private network).
+    pub(crate) fn connect(url: &str) -> Result<Self> {
+        let client = Client::connect(url, NoTls).map_err(|source| StoreError::Pg {
+            url: super::redact(url),
+            source: Box::new(source),
+        })?;
+        Ok(Self::from_client(client))
+    }
+
+    pub(crate) fn from_client(client: Client) -> Self {
+        Self { client: RefCell::new(client), stmts: RefCell::default(), in_tx: Cell::new(false) }
+    }
+
+    /// The client, for what only PostgreSQL has (LISTEN/NOTIFY).
+    pub(crate) fn client(&self) -> std::cell::RefMut<'_, Client> {
+        self.client.borrow_mut()
+    }
+
+    fn prepared(&self, sql: &str) -> Result<Statement> {
+        if let Some(s) = self.stmts.borrow().get(sql) {
+            return Ok(s.clone());
+        }
+        let translated = translate(sql);
+        let stmt =
+            self.client.borrow_mut().prepare(&translated).map_err(|e| StoreError::Postgres {
+                message: format!("{e}: {}", source_of(&e)),
+                statement: Some(translated.clone()),
+            })?;
+        let mut cache = self.stmts.borrow_mut();
+        // Statements built with values spelled in (rare) must not grow the cache forever.
+        if cache.len() >= 512 {
+            cache.clear();
+        }
+        cache.insert(sql.to_owned(), stmt.clone());
+        Ok(stmt)
+    }
+
+    pub(crate) fn exec(&self, sql: &str, params: &[V<'_>]) -> Result<usize> {
+        let stmt = self.prepared(sql)?;
+        let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|v| v as _).collect();
+        let n = self.client.borrow_mut().execute(&stmt, &refs).map_err(|e| err(e, sql))?;
+        Ok(n as usize)
+    }
+
+    pub(crate) fn query(&self, sql: &str, params: &[V<'_>]) -> Result<Vec<postgres::Row>> {
+        let stmt = self.prepared(sql)?;
+        let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|v| v as _).collect();
+        self.client.borrow_mut().query(&stmt, &refs).map_err(|e| err(e, sql))
+    }
+
+    pub(crate) fn batch(&self, sql: &str) -> Result<()> {
+        let t = sql.trim_start();
+        let word = t.split_whitespace().next().unwrap_or("").to_ascii_uppercase();
+        self.client.borrow_mut().batch_execute(sql).map_err(|e| err(e, sql))?;
+        match word.as_str() {
+            "BEGIN" => self.in_tx.set(true),
+            "COMMIT" | "END" => self.in_tx.set(false),
+            // `ROLLBACK TO <savepoint>` keeps the transaction open.
+            "ROLLBACK" if !t.to_ascii_uppercase().starts_with("ROLLBACK TO") => {
+                self.in_tx.set(false)
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    pub(crate) fn in_transaction(&self) -> bool {
+        self.in_tx.get()
+    }
+}
+
+fn source_of(e: &postgres::Error) -> String {
+    e.as_db_error().map(|d| d.message().to_owned()).unwrap_or_default()
+}
+
+fn err(e: postgres::Error, sql: &str) -> StoreError {
+    let detail = match e.as_db_error() {
+        Some(d) => format!("{} ({})", d.message(), d.code().code()),
+        None => e.to_string(),
+    };
+    StoreError::Postgres { message: detail, statement: Some(super::first_line(sql).into_owned()) }
+}
+
+/// Whether `e` is a unique-key violation (another process stored the same row first).
+pub(crate) fn is_unique_violation(e: &StoreError) -> bool {
+    matches!(e, StoreError::Postgres { message, .. } if message.ends_with("(23505)"))
+}
+
+/// The PostgreSQL spelling of a statement written for SQLite: `?N` → `$N` outside quotes,
+/// `INSERT OR IGNORE INTO …` → `INSERT INTO … ON CONFLICT DO NOTHING`.
+pub(crate) fn translate(sql: &str) -> String {
+    let mut out = String::with_capacity(sql.len() + 8);
+    let mut chars = sql.chars().peekable();
+    let mut quoted = false;
+    while let Some(c) = chars.next() {
+        match c {
+            '\'' => {
+                quoted = !quoted;
+                out.push(c);
+            }
+            '?' if !quoted && chars.peek().is_some_and(char::is_ascii_digit) => out.push('$'),
+            _ => out.push(c),
+        }
+    }
+    let trimmed = out.trim_start();
+    if let Some(rest) = trimmed.strip_prefix("INSERT OR IGNORE INTO") {
+        return format!(
+            "INSERT INTO{} ON CONFLICT DO NOTHING",
+            rest.trim_end().trim_end_matches(';')
+        );
+    }
+    out
+}
+
+/// The PostgreSQL spelling of SQLite schema text: 64-bit integers, double precision, identity
+/// keys for SQLite's rowid aliases, no `WITHOUT ROWID`.
+pub(crate) fn ddl(sqlite: &str) -> String {
+    let mut out = String::with_capacity(sqlite.len() + 64);
+    for line in sqlite.lines() {
+        let mut l = line
+            .replace("INTEGER PRIMARY KEY", "BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY");
+        l = replace_word(&l, "INTEGER", "BIGINT");
+        l = replace_word(&l, "REAL", "DOUBLE PRECISION");
+        l = l.replace(") WITHOUT ROWID;", ");");
+        out.push_str(&l);
+        out.push('\n');
+    }
+    out
+}
+
+fn replace_word(s: &str, word: &str, with: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(i) = rest.find(word) {
+        let before = rest[..i].chars().next_back();
+        let after = rest[i + word.len()..].chars().next();
+        let ident = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_');
+        out.push_str(&rest[..i]);
+        out.push_str(if ident(before) || ident(after) { word } else { with });
+        rest = &rest[i + word.len()..];
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn placeholders_and_upserts_are_translated_outside_quotes() {
+        assert_eq!(
+            translate("SELECT '?1', x FROM t WHERE a = ?1 AND b < ?12 || '~'"),
+            "SELECT '?1', x FROM t WHERE a = $1 AND b < $12 || '~'"
+        );
+        assert_eq!(
+            translate("INSERT OR IGNORE INTO s (a) VALUES (?1)"),
+            "INSERT INTO s (a) VALUES ($1) ON CONFLICT DO NOTHING"
+        );
+    }
+
+    #[test]
+    fn schema_text_gets_postgres_types() {
+        let d =
+            ddl("CREATE TABLE e (\n id INTEGER PRIMARY KEY,\n n INTEGER NOT NULL,\n c REAL,\n \
+                     integer_ish TEXT\n) WITHOUT ROWID;");
+        assert!(d.contains("id BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY"), "{d}");
+        assert!(d.contains("n BIGINT NOT NULL") && d.contains("c DOUBLE PRECISION"), "{d}");
+        assert!(d.contains("integer_ish TEXT") && d.contains("\n);"), "{d}");
+    }
+}
