@@ -8,6 +8,8 @@ mod model;
 mod plans;
 mod sql;
 mod store;
+#[cfg(test)]
+mod testing;
 mod transcript;
 mod worktrees;
 mod writer;
@@ -35,7 +37,7 @@ pub enum StoreError {
     #[error("{0}")]
     Sqlite(#[from] rusqlite::Error),
     #[error("PostgreSQL at {url}: {source}")]
-    Pg { url: String, source: Box<postgres::Error> },
+    Pg { url: String, source: Box<tokio_postgres::Error> },
     /// A statement PostgreSQL refused: what it said, and the statement's first line.
     #[error("PostgreSQL: {message}{}", in_statement(.statement))]
     Postgres { message: String, statement: Option<String> },
@@ -57,8 +59,8 @@ pub enum StoreError {
     WriterGone(String),
 }
 
-impl From<postgres::Error> for StoreError {
-    fn from(e: postgres::Error) -> Self {
+impl From<tokio_postgres::Error> for StoreError {
+    fn from(e: tokio_postgres::Error) -> Self {
         StoreError::Postgres { message: e.to_string(), statement: None }
     }
 }

@@ -1,10 +1,9 @@
 //! Plan persistence: orchestrations, their steps (each with its delegation contract), and the
 //! per-plan event log with its own sequence. Written by the plan executor, read by `herd`.
 
-use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 
-use crate::sql::Cached;
+use crate::db::{Db, vals};
 use crate::{Result, Store, now_ms};
 
 /// A plan run as stored.
@@ -87,53 +86,51 @@ pub struct NewOrchestration {
 }
 
 /// Persist a plan run and all its steps (`pending`), inside the caller's transaction.
-pub(crate) fn create_orchestration(tx: &Connection, o: &NewOrchestration) -> Result<()> {
+pub(crate) fn create_orchestration(tx: &Db, o: &NewOrchestration) -> Result<()> {
     let (id, steps) = (o.id.as_str(), &o.steps);
     let now = now_ms();
     tx.exec(
         "INSERT INTO orchestrations (id, parent_session_id, name, strategy, total_steps, plan,
                 source_file, owner_pid, owner_start_time, created_at)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-        params![
+        vals![
             id,
-            o.session,
-            o.name,
-            o.strategy,
+            &o.session,
+            &o.name,
+            &o.strategy,
             steps.len() as i64,
-            o.plan,
-            o.source_file,
+            &o.plan,
+            &o.source_file,
             o.owner_pid,
             o.owner_start_time.map(|v| v as i64),
             now
         ],
     )?;
-    {
-        let mut ins = tx.prepare(
+    for (i, s) in steps.iter().enumerate() {
+        tx.exec(
             "INSERT INTO orchestration_steps (id, orchestration_id, step_key, name, prompt, model,
                     working_directory, allowed_tools, depends_on, contract, sequence, created_at)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
-        )?;
-        for (i, s) in steps.iter().enumerate() {
-            ins.execute(params![
+            vals![
                 format!("{id}/{}", s.key),
                 id,
-                s.key,
-                s.name,
-                s.prompt,
-                s.model,
-                s.cwd,
+                &s.key,
+                &s.name,
+                &s.prompt,
+                &s.model,
+                &s.cwd,
                 s.tools.as_ref().map(|t| serde_json::to_string(t).unwrap_or_default()),
                 serde_json::to_string(&s.depends_on).unwrap_or_default(),
-                s.contract,
+                &s.contract,
                 i as i64,
                 now
-            ])?;
-        }
+            ],
+        )?;
     }
     tx.exec(
         "INSERT INTO plan_events (orchestration_id, seq, ts, kind, step_key, payload)
              VALUES (?1, 1, ?2, 'plan_created', NULL, ?3)",
-        params![id, now, serde_json::json!({"steps": steps.len()}).to_string()],
+        vals![id, now, serde_json::json!({"steps": steps.len()}).to_string()],
     )?;
     Ok(())
 }
@@ -164,7 +161,7 @@ impl StepChange {
 }
 
 /// Update a step's status (and optionally its subagent, reason, attempts); appends a plan event.
-pub(crate) fn set_step(tx: &Connection, c: &StepChange) -> Result<()> {
+pub(crate) fn set_step(tx: &Db, c: &StepChange) -> Result<()> {
     let (orch, key, status) = (c.orch.as_str(), c.key.as_str(), c.status.as_str());
     let (subagent, reason, attempt) = (c.subagent.as_deref(), c.reason.as_deref(), c.attempt);
     let now = now_ms();
@@ -176,7 +173,7 @@ pub(crate) fn set_step(tx: &Connection, c: &StepChange) -> Result<()> {
                 attempts = COALESCE(?6, attempts),
                 completed_at = CASE WHEN ?7 THEN ?8 ELSE completed_at END
              WHERE orchestration_id = ?1 AND step_key = ?2",
-        params![orch, key, status, subagent, reason, attempt, done, now],
+        vals![orch, key, status, subagent, reason, attempt, done, now],
     )?;
     let kind = match (status, attempt) {
         ("running", Some(a)) if a > 1 => "subagent_attempt",
@@ -205,7 +202,7 @@ pub struct PlanTotals {
 /// Set the plan's status and roll-ups (the step counts come from the run: counting them here
 /// read every step row, thousands at the end of a large plan).
 pub(crate) fn finish_orchestration(
-    tx: &Connection,
+    tx: &Db,
     orch: &str,
     status: &str,
     t: &PlanTotals,
@@ -217,7 +214,7 @@ pub(crate) fn finish_orchestration(
                 completed_steps = ?6, failed_steps = ?7,
                 completed_at = CASE WHEN ?8 THEN ?9 ELSE completed_at END
              WHERE id = ?1",
-        params![
+        vals![
             orch,
             status,
             t.cost_usd,
@@ -237,60 +234,55 @@ pub(crate) fn finish_orchestration(
 impl Store {
     /// Active plan runs with their owner's identity.
     pub fn active_orchestrations(&self) -> Result<Vec<ActivePlan>> {
-        let mut stmt = self.conn().prepare(
+        self.conn().query(
             "SELECT id, owner_pid, owner_start_time FROM orchestrations WHERE status IN ('pending','running')",
-        )?;
-        let rows = stmt
-            .query_map([], |r| {
+            vals![],
+            |r| {
                 Ok(ActivePlan {
                     id: r.get(0)?,
                     owner_pid: r.get(1)?,
-                    owner_start_time: r.get::<_, Option<i64>>(2)?.map(|v| v as u64),
+                    owner_start_time: r.get(2)?,
                 })
-            })?
-            .collect::<rusqlite::Result<_>>()?;
-        Ok(rows)
+            },
+        )
     }
 
     /// Mark a plan whose owner died `interrupted` (`herd run --resume` runs what had not
     /// completed), and its unfinished steps `failed(orphaned)` or, never started, cancelled.
     pub fn fail_orphaned_orchestration(&mut self, id: &str) -> Result<()> {
-        let tx = self.conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-        // Steps that were under way failed with their herd; those never started are cancelled.
-        tx.exec(
-            "UPDATE orchestration_steps SET status = 'failed', failure_reason = 'orphaned', completed_at = ?2
-             WHERE orchestration_id = ?1 AND status IN ('running','blocked')",
-            params![id, now_ms()],
-        )?;
-        tx.exec(
-            "UPDATE orchestration_steps SET status = 'cancelled', failure_reason = 'orphaned', completed_at = ?2
-             WHERE orchestration_id = ?1 AND status = 'pending'",
-            params![id, now_ms()],
-        )?;
-        // Status only: the cost and token roll-ups written so far stay.
-        tx.exec(
-            "UPDATE orchestrations SET status = 'interrupted', completed_at = ?2 WHERE id = ?1",
-            params![id, now_ms()],
-        )?;
-        append_plan_event(
-            &tx,
-            id,
-            now_ms(),
-            "plan_interrupted",
-            None,
-            &serde_json::json!({"reason": "orphaned"}),
-        )?;
-        tx.commit()?;
-        Ok(())
+        self.conn.tx(|tx| {
+            // Steps that were under way failed with their herd; those never started are cancelled.
+            tx.exec(
+                "UPDATE orchestration_steps SET status = 'failed', failure_reason = 'orphaned', completed_at = ?2
+                 WHERE orchestration_id = ?1 AND status IN ('running','blocked')",
+                vals![id, now_ms()],
+            )?;
+            tx.exec(
+                "UPDATE orchestration_steps SET status = 'cancelled', failure_reason = 'orphaned', completed_at = ?2
+                 WHERE orchestration_id = ?1 AND status = 'pending'",
+                vals![id, now_ms()],
+            )?;
+            // Status only: the cost and token roll-ups written so far stay.
+            tx.exec(
+                "UPDATE orchestrations SET status = 'interrupted', completed_at = ?2 WHERE id = ?1",
+                vals![id, now_ms()],
+            )?;
+            append_plan_event(
+                tx,
+                id,
+                now_ms(),
+                "plan_interrupted",
+                None,
+                &serde_json::json!({"reason": "orphaned"}),
+            )
+        })
     }
 
     pub fn orchestration(&self, id: &str) -> Result<Option<OrchestrationRow>> {
-        Ok(self
-            .conn()
-            .one(
+        self.conn().opt(
                 "SELECT id, name, strategy, status, total_steps, completed_steps, failed_steps, cost_usd,
                     input_tokens, output_tokens, created_at, completed_at FROM orchestrations WHERE id = ?1",
-                [id],
+                vals![id],
                 |r| {
                     Ok(OrchestrationRow {
                         id: r.get(0)?,
@@ -301,24 +293,22 @@ impl Store {
                         completed_steps: r.get(5)?,
                         failed_steps: r.get(6)?,
                         cost_usd: r.get(7)?,
-                        input_tokens: r.get::<_, i64>(8)? as u64,
-                        output_tokens: r.get::<_, i64>(9)? as u64,
+                        input_tokens: r.get(8)?,
+                        output_tokens: r.get(9)?,
                         created_at: r.get(10)?,
                         completed_at: r.get(11)?,
                     })
                 },
             )
-            .optional()?)
     }
 
     pub fn steps(&self, orch: &str) -> Result<Vec<StepRow>> {
-        let mut stmt = self.conn().prepare(
+        self.conn().query(
             "SELECT step_key, name, status, failure_reason, subagent_id, attempts, sequence,
                     working_directory
              FROM orchestration_steps WHERE orchestration_id = ?1 ORDER BY sequence",
-        )?;
-        let rows = stmt
-            .query_map([orch], |r| {
+            vals![orch],
+            |r| {
                 Ok(StepRow {
                     step_key: r.get(0)?,
                     name: r.get(1)?,
@@ -329,52 +319,49 @@ impl Store {
                     sequence: r.get(6)?,
                     working_directory: r.get(7)?,
                 })
-            })?
-            .collect::<rusqlite::Result<_>>()?;
-        Ok(rows)
+            },
+        )
     }
 
     /// The plan as it was run (JSON text of the validated plan) and the file it came from.
     pub fn orchestration_plan(&self, id: &str) -> Result<Option<(String, Option<String>)>> {
-        Ok(self
-            .conn()
-            .one("SELECT plan, source_file FROM orchestrations WHERE id = ?1", [id], |r| {
-                Ok((r.get(0)?, r.get(1)?))
-            })
-            .optional()?)
+        self.conn().opt(
+            "SELECT plan, source_file FROM orchestrations WHERE id = ?1",
+            vals![id],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
     }
 
     /// Take up a plan that ended unfinished (`interrupted`, `failed`, `cancelled`) again, owned
     /// by `owner` now: its steps that had not completed are `pending` again (their runs stay
     /// recorded), a `plan_resumed` event says which had. False if it is not in such a state.
     pub fn reopen_orchestration(&mut self, id: &str, owner: (u32, Option<u64>)) -> Result<bool> {
-        let tx = self.conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        self.conn.tx(|tx| {
         let n = tx.exec(
             "UPDATE orchestrations SET status = 'running', completed_at = NULL, owner_pid = ?2,
                     owner_start_time = ?3
              WHERE id = ?1 AND (status = 'interrupted' OR status = 'failed' OR status = 'cancelled')",
-            params![id, owner.0, owner.1.map(|v| v as i64)],
+            vals![id, owner.0, owner.1.map(|v| v as i64)],
         )?;
         if n == 0 {
             return Ok(false);
         }
-        let kept: Vec<String> = tx
-            .prepare(
-                "SELECT step_key FROM orchestration_steps
-                 WHERE orchestration_id = ?1 AND status = 'completed' ORDER BY sequence",
-            )?
-            .query_map([id], |r| r.get(0))?
-            .collect::<rusqlite::Result<_>>()?;
+        let kept: Vec<String> = tx.query(
+            "SELECT step_key FROM orchestration_steps
+             WHERE orchestration_id = ?1 AND status = 'completed' ORDER BY sequence",
+            vals![id],
+            |r| r.get(0),
+        )?;
         tx.exec(
             "UPDATE orchestration_steps SET status = 'pending', failure_reason = NULL,
                     completed_at = NULL
              WHERE orchestration_id = ?1 AND status != 'completed'",
-            [id],
+            vals![id],
         )?;
         let payload = serde_json::json!({"completed_steps": kept});
-        append_plan_event(&tx, id, now_ms(), "plan_resumed", None, &payload)?;
-        tx.commit()?;
+        append_plan_event(tx, id, now_ms(), "plan_resumed", None, &payload)?;
         Ok(true)
+        })
     }
 
     /// Plan events in order.
@@ -389,13 +376,12 @@ impl Store {
         after: i64,
         limit: usize,
     ) -> Result<Vec<PlanEvent>> {
-        let mut stmt = self.conn().prepare_cached(
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.conn().query(
             "SELECT seq, ts, kind, step_key, payload FROM plan_events
              WHERE orchestration_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
-        )?;
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let rows = stmt
-            .query_map(params![orch, after, limit], |r| {
+            vals![orch, after, limit],
+            |r| {
                 Ok(PlanEvent {
                     seq: r.get(0)?,
                     ts: r.get(1)?,
@@ -403,20 +389,24 @@ impl Store {
                     step: r.get(3)?,
                     payload: r.get(4)?,
                 })
-            })?
-            .collect::<rusqlite::Result<_>>()?;
-        Ok(rows)
+            },
+        )
     }
 }
 
-fn append_plan_event(
-    conn: &rusqlite::Connection,
+pub(crate) fn append_plan_event(
+    conn: &Db,
     orch: &str,
     ts: i64,
     kind: &str,
     step: Option<&str>,
     payload: &serde_json::Value,
 ) -> Result<()> {
+    if conn.is_pg() {
+        // Several processes (workers) add to one plan's log at once: one at a time per plan,
+        // until this transaction ends, so each reads the last number the other wrote.
+        conn.one("SELECT pg_advisory_xact_lock(hashtext(?1))::TEXT", vals![orch], |_| Ok(()))?;
+    }
     // `CAST(?1 AS TEXT)` in the subquery: with a bare `?1` SQLite (STAT4) re-prepares the
     // statement on every call.
     conn.exec(
@@ -424,7 +414,7 @@ fn append_plan_event(
          VALUES (?1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM plan_events
                       WHERE orchestration_id = CAST(?1 AS TEXT)),
                  ?2, ?3, ?4, ?5)",
-        params![orch, ts, kind, step, payload.to_string()],
+        vals![orch, ts, kind, step, payload.to_string()],
     )?;
     Ok(())
 }

@@ -29,10 +29,20 @@ pub struct PgDb {
 
 impl Drop for PgDb {
     fn drop(&mut self) {
-        if let Ok(mut c) = postgres::Client::connect(&self.admin, postgres::NoTls) {
-            let _ = c.batch_execute(&format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name));
-        }
+        let (admin, sql) =
+            (self.admin.clone(), format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name));
+        off_runtime(move || {
+            if let Ok(mut c) = postgres::Client::connect(&admin, postgres::NoTls) {
+                let _ = c.batch_execute(&sql);
+            }
+        });
     }
+}
+
+/// Run `f` on a thread of its own: the synchronous client starts a runtime, which panics on
+/// a thread that already runs one (an async test's).
+fn off_runtime<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    std::thread::spawn(f).join().unwrap_or_else(|p| std::panic::resume_unwind(p))
 }
 
 /// A fresh, empty database. Panics (the test fails) with what to do when PostgreSQL is neither
@@ -49,10 +59,13 @@ pub fn pg_db() -> PgDb {
             .map(|d| d.subsec_nanos())
             .unwrap_or(0)
     );
-    let mut c = postgres::Client::connect(&admin, postgres::NoTls)
-        .unwrap_or_else(|e| panic!("test PostgreSQL at {admin}: {e}"));
-    c.batch_execute(&format!("CREATE DATABASE {name}"))
-        .unwrap_or_else(|e| panic!("CREATE DATABASE {name}: {e}"));
+    let (a, n) = (admin.clone(), name.clone());
+    off_runtime(move || {
+        let mut c = postgres::Client::connect(&a, postgres::NoTls)
+            .unwrap_or_else(|e| panic!("test PostgreSQL at {a}: {e}"));
+        c.batch_execute(&format!("CREATE DATABASE {n}"))
+            .unwrap_or_else(|e| panic!("CREATE DATABASE {n}: {e}"));
+    });
     PgDb { url: with_dbname(&admin, &name), name, admin }
 }
 
@@ -61,7 +74,7 @@ fn admin_url() -> String {
     static URL: OnceLock<String> = OnceLock::new();
     URL.get_or_init(|| match std::env::var("HERD_TEST_PG_URL") {
         Ok(u) if !u.trim().is_empty() => u,
-        _ => cluster().unwrap_or_else(|e| {
+        _ => off_runtime(cluster).unwrap_or_else(|e| {
             panic!(
                 "no PostgreSQL for tests: {e}. Set HERD_TEST_PG_URL to a server where this user \
                  may CREATE DATABASE, or install Debian's postgresql-15 (`.ci/test` does)"

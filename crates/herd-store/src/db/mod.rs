@@ -28,7 +28,7 @@ impl Backend {
         }
         if t.starts_with("postgres://") || t.starts_with("postgresql://") {
             return t
-                .parse::<postgres::Config>()
+                .parse::<tokio_postgres::Config>()
                 .map(|_| Self::Postgres(t.to_owned()))
                 .map_err(|e| format!("store URL {}: {e}", redact(t)));
         }

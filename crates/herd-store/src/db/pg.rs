@@ -3,18 +3,25 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, mpsc};
+use std::task::{Context, Poll, Wake};
 
-use postgres::types::ToSql;
-use postgres::{Client, NoTls, Statement};
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{AsyncMessage, Client, NoTls, Notification, Statement};
 
 use super::V;
 use crate::{Result, StoreError};
 
-/// One client connection and its prepared statements (keyed by the SQLite spelling).
+/// One client connection and its prepared statements (keyed by the SQLite spelling). The
+/// socket is driven by a thread of its own (a small runtime), so the calls here block the
+/// calling thread only — whether or not it runs async code — like SQLite's do.
 pub(crate) struct PgConn {
-    client: RefCell<Client>,
+    client: Client,
     stmts: RefCell<HashMap<String, Statement>>,
     in_tx: Cell<bool>,
+    /// `NOTIFY`s on the channels this connection `LISTEN`s to, as they arrive.
+    notes: mpsc::Receiver<Notification>,
 }
 
 impl std::fmt::Debug for PgConn {
@@ -23,23 +30,82 @@ impl std::fmt::Debug for PgConn {
     }
 }
 
+/// Wait for `f` on this thread (parked between polls). The client's futures need no runtime
+/// of their own: they talk to the connection thread through channels.
+pub(crate) fn block_on<F: Future>(f: F) -> F::Output {
+    struct Unpark(std::thread::Thread);
+    impl Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Arc::new(Unpark(std::thread::current())).into();
+    let mut cx = Context::from_waker(&waker);
+    let mut f = std::pin::pin!(f);
+    loop {
+        match f.as_mut().poll(&mut cx) {
+            Poll::Ready(v) => return v,
+            Poll::Pending => std::thread::park(),
+        }
+    }
+}
+
 impl PgConn {
     /// Connect to `url` (no TLS: reach a remote server through a tunnel or a private network).
     pub(crate) fn connect(url: &str) -> Result<Self> {
-        let client = Client::connect(url, NoTls).map_err(|source| StoreError::Pg {
+        let fail = |source: tokio_postgres::Error| StoreError::Pg {
             url: super::redact(url),
             source: Box::new(source),
-        })?;
-        Ok(Self::from_client(client))
+        };
+        let (ready_tx, ready_rx) = mpsc::channel();
+        let (notes_tx, notes) = mpsc::channel();
+        let url = url.to_owned();
+        std::thread::Builder::new()
+            .name("herd-store-pg".into())
+            .spawn(move || {
+                let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                    Ok(rt) => rt,
+                    Err(e) => return drop(ready_tx.send(Err(Err(e)))),
+                };
+                rt.block_on(async move {
+                    let (client, mut conn) = match tokio_postgres::connect(&url, NoTls).await {
+                        Ok(c) => c,
+                        Err(e) => return drop(ready_tx.send(Err(Ok(e)))),
+                    };
+                    let _ = ready_tx.send(Ok(client));
+                    // Until the client is dropped (or the server goes): forward notifications.
+                    while let Some(msg) = std::future::poll_fn(|cx| conn.poll_message(cx)).await {
+                        match msg {
+                            Ok(AsyncMessage::Notification(n)) => drop(notes_tx.send(n)),
+                            Ok(_) => {}
+                            Err(_) => break,
+                        }
+                    }
+                });
+            })
+            .map_err(|source| StoreError::Io {
+                path: "postgres connection thread".into(),
+                source,
+            })?;
+        let client = match ready_rx.recv() {
+            Ok(Ok(c)) => c,
+            Ok(Err(Ok(e))) => return Err(fail(e)),
+            Ok(Err(Err(source))) => {
+                return Err(StoreError::Io { path: "postgres connection runtime".into(), source });
+            }
+            Err(_) => return Err(StoreError::Corrupt("postgres connection thread died".into())),
+        };
+        Ok(Self { client, stmts: RefCell::default(), in_tx: Cell::new(false), notes })
     }
 
-    pub(crate) fn from_client(client: Client) -> Self {
-        Self { client: RefCell::new(client), stmts: RefCell::default(), in_tx: Cell::new(false) }
+    /// Wait up to `timeout` for a notification on a channel this connection listens to.
+    pub(crate) fn notification(&self, timeout: std::time::Duration) -> Option<Notification> {
+        self.notes.recv_timeout(timeout).ok()
     }
 
-    /// The client, for what only PostgreSQL has (LISTEN/NOTIFY).
-    pub(crate) fn client(&self) -> std::cell::RefMut<'_, Client> {
-        self.client.borrow_mut()
+    /// Whether the server connection is gone.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.client.is_closed()
     }
 
     fn prepared(&self, sql: &str) -> Result<Statement> {
@@ -48,7 +114,7 @@ impl PgConn {
         }
         let translated = translate(sql);
         let stmt =
-            self.client.borrow_mut().prepare(&translated).map_err(|e| StoreError::Postgres {
+            block_on(self.client.prepare(&translated)).map_err(|e| StoreError::Postgres {
                 message: format!("{e}: {}", source_of(&e)),
                 statement: Some(translated.clone()),
             })?;
@@ -64,20 +130,20 @@ impl PgConn {
     pub(crate) fn exec(&self, sql: &str, params: &[V<'_>]) -> Result<usize> {
         let stmt = self.prepared(sql)?;
         let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|v| v as _).collect();
-        let n = self.client.borrow_mut().execute(&stmt, &refs).map_err(|e| err(e, sql))?;
+        let n = block_on(self.client.execute(&stmt, &refs)).map_err(|e| err(e, sql))?;
         Ok(n as usize)
     }
 
-    pub(crate) fn query(&self, sql: &str, params: &[V<'_>]) -> Result<Vec<postgres::Row>> {
+    pub(crate) fn query(&self, sql: &str, params: &[V<'_>]) -> Result<Vec<tokio_postgres::Row>> {
         let stmt = self.prepared(sql)?;
         let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|v| v as _).collect();
-        self.client.borrow_mut().query(&stmt, &refs).map_err(|e| err(e, sql))
+        block_on(self.client.query(&stmt, &refs)).map_err(|e| err(e, sql))
     }
 
     pub(crate) fn batch(&self, sql: &str) -> Result<()> {
         let t = sql.trim_start();
         let word = t.split_whitespace().next().unwrap_or("").to_ascii_uppercase();
-        self.client.borrow_mut().batch_execute(sql).map_err(|e| err(e, sql))?;
+        block_on(self.client.batch_execute(sql)).map_err(|e| err(e, sql))?;
         match word.as_str() {
             "BEGIN" => self.in_tx.set(true),
             "COMMIT" | "END" => self.in_tx.set(false),
@@ -95,11 +161,11 @@ impl PgConn {
     }
 }
 
-fn source_of(e: &postgres::Error) -> String {
+fn source_of(e: &tokio_postgres::Error) -> String {
     e.as_db_error().map(|d| d.message().to_owned()).unwrap_or_default()
 }
 
-fn err(e: postgres::Error, sql: &str) -> StoreError {
+fn err(e: tokio_postgres::Error, sql: &str) -> StoreError {
     let detail = match e.as_db_error() {
         Some(d) => format!("{} ({})", d.message(), d.code().code()),
         None => e.to_string(),

@@ -3,7 +3,7 @@
 
 use std::borrow::Cow;
 
-use postgres::types::{IsNull, ToSql, Type, to_sql_checked};
+use tokio_postgres::types::{IsNull, ToSql, Type, to_sql_checked};
 
 use crate::{Result, StoreError};
 
@@ -57,9 +57,19 @@ impl<'a, T: Into<V<'a>>> From<Option<T>> for V<'a> {
         v.map_or(V::Null, Into::into)
     }
 }
+impl<'a> From<&&'a str> for V<'a> {
+    fn from(v: &&'a str) -> Self {
+        V::Text(Cow::Borrowed(v))
+    }
+}
 impl<'a> From<&'a Option<String>> for V<'a> {
     fn from(v: &'a Option<String>) -> Self {
         v.as_deref().map_or(V::Null, V::from)
+    }
+}
+impl<'a> From<&Option<&'a str>> for V<'a> {
+    fn from(v: &Option<&'a str>) -> Self {
+        v.map_or(V::Null, V::from)
     }
 }
 
@@ -84,7 +94,7 @@ impl ToSql for V<'_> {
     fn to_sql(
         &self,
         ty: &Type,
-        out: &mut postgres::types::private::BytesMut,
+        out: &mut tokio_postgres::types::private::BytesMut,
     ) -> std::result::Result<IsNull, Box<dyn std::error::Error + Sync + Send>> {
         match (self, ty) {
             (V::Null, _) => Ok(IsNull::Yes),
@@ -123,7 +133,7 @@ pub(crate) enum Ref<'a> {
 /// One result row of either database.
 pub(crate) enum Row<'a> {
     Lite(&'a rusqlite::Row<'a>),
-    Pg(&'a postgres::Row),
+    Pg(&'a tokio_postgres::Row),
 }
 
 impl Row<'_> {
