@@ -20,6 +20,11 @@ pub struct Cli {
     #[arg(long, global = true, env = "HERD_STATE_DIR", hide_env_values = true, value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
 
+    /// The database: `sqlite` (under the state dir) or a postgres://… URL that several
+    /// machines share [default: `store:` in the config, else sqlite]
+    #[arg(long, global = true, env = "HERD_STORE_URL", hide_env_values = true, value_name = "URL")]
+    pub store: Option<String>,
+
     #[command(subcommand)]
     pub command: Command,
 }

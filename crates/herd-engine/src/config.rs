@@ -32,6 +32,9 @@ pub struct ProjectConfig {
     /// How much of a run's output is stored (events, transcript, stderr log), e.g. `64MiB`
     /// [default: 64MiB]; past it output is dropped with an `output_limit` event.
     pub max_stored_output: Option<String>,
+    /// Where the database is: `sqlite` (the default, `.herd/herd.db`) or a `postgres://…` URL
+    /// shared by several machines (`HERD_STORE_URL` and `--store` override it).
+    pub store: Option<String>,
     #[serde(default)]
     pub permissions: PermissionsConfig,
     /// Hooks by event: `PreToolUse`, `PostToolUse`, `SubagentStart`, `SubagentStop`.

@@ -6,6 +6,7 @@ mod db;
 mod migrate;
 mod model;
 mod plans;
+mod queue;
 mod sql;
 mod store;
 #[cfg(test)]
@@ -24,6 +25,7 @@ pub use plans::{
     ActivePlan, NewOrchestration, NewStep, OrchestrationRow, PlanEvent, PlanTotals, StepChange,
     StepRow,
 };
+pub use queue::{Claim, QueuedStep, STEPS_CHANNEL, WorkerRow};
 pub use store::{OrphanCandidate, StatePaths, Store, orphaned_update};
 pub use transcript::{Meta, Transcript};
 pub use worktrees::{IsAlive, IsAliveFn, LockHolder, NewWorktree, WorktreeRow};

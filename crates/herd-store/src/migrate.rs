@@ -208,6 +208,8 @@ CREATE UNIQUE INDEX idx_orch_step_key ON orchestration_steps(orchestration_id, s
     include_str!("migrations/006_check_comparisons.sql"),
     // 7: plans may be `interrupted` (their herd died with steps unfinished).
     include_str!("migrations/007_plan_interrupted.sql"),
+    // 8: plans served by workers (leases, fences, labels; the workers).
+    include_str!("migrations/008_queue.sql"),
 ];
 
 /// PostgreSQL's own text for the migrations (numbered from 1) whose SQLite text it cannot run

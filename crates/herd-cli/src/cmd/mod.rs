@@ -25,6 +25,10 @@ use crate::state;
 
 pub fn dispatch(cli: Cli) -> anyhow::Result<u8> {
     let state_dir = state::resolve(cli.state_dir.as_deref())?;
+    if let Some(s) = &cli.store {
+        let b = herd_store::Backend::parse(s).map_err(|e| anyhow::anyhow!("--store: {e}"))?;
+        let _ = STORE.set(b);
+    }
     match cli.command {
         Command::Task(args) => task::run(&state_dir, *args),
         Command::Run(args) => plan::run(&state_dir, args),
@@ -46,9 +50,15 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<u8> {
     }
 }
 
+/// `--store` / `HERD_STORE_URL`, when given: it overrides the config's `store:`.
+static STORE: std::sync::OnceLock<herd_store::Backend> = std::sync::OnceLock::new();
+
 /// The service of `state_dir` as the project's config sets it up, for a command of `surface`.
 fn open_service(state_dir: &Path, surface: &str) -> anyhow::Result<Service> {
-    let opts = ServiceOptions::for_project(&state::project_root()?, surface)?;
+    let mut opts = ServiceOptions::for_project(&state::project_root()?, surface)?;
+    if let Some(b) = STORE.get() {
+        opts.store = b.clone();
+    }
     Ok(Service::open(state_dir, opts)?)
 }
 

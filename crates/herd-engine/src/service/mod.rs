@@ -66,6 +66,8 @@ pub struct ServiceOptions {
     /// `max_concurrent` came from the project's config (not a default).
     pub configured_max_concurrent: bool,
     pub engine: EngineConfig,
+    /// Where the database is (SQLite under the state dir unless a PostgreSQL URL is given).
+    pub store: herd_store::Backend,
 }
 
 impl ServiceOptions {
@@ -74,7 +76,14 @@ impl ServiceOptions {
     pub fn for_project(project_root: &Path, surface: &str) -> Result<Self, ApiError> {
         let cfg =
             crate::config::load(project_root).map_err(|e| ApiError::invalid(e.to_string()))?;
+        let store = match &cfg.store {
+            Some(s) => herd_store::Backend::parse(s).map_err(|e| {
+                ApiError::invalid(format!("{}: store: {e}", project_root.join(".herd/config.yml").display()))
+            })?,
+            None => herd_store::Backend::Sqlite,
+        };
         Ok(Self {
+            store,
             surface: surface.into(),
             max_concurrent: cfg.max_concurrent.map_or(DEFAULT_MAX_CONCURRENT, |n| n as usize),
             max_queue: cfg.max_queue.map_or(DEFAULT_MAX_QUEUE, |n| n as usize),
@@ -93,6 +102,7 @@ impl Default for ServiceOptions {
             shared: false,
             configured_max_concurrent: false,
             engine: EngineConfig::default(),
+            store: herd_store::Backend::Sqlite,
         }
     }
 }
@@ -134,7 +144,7 @@ impl Service {
         guard: GuardCommand,
         opts: ServiceOptions,
     ) -> Result<Self, ApiError> {
-        let paths = StatePaths::new(state_dir);
+        let paths = StatePaths::new(state_dir).with_store(opts.store.clone());
         let engine = Engine::open(paths, guard, &opts.surface)?.with_config(opts.engine.clone());
         Ok(Self {
             inner: Arc::new(Inner {

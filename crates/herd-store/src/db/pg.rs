@@ -103,11 +103,6 @@ impl PgConn {
         self.notes.recv_timeout(timeout).ok()
     }
 
-    /// Whether the server connection is gone.
-    pub(crate) fn is_closed(&self) -> bool {
-        self.client.is_closed()
-    }
-
     fn prepared(&self, sql: &str) -> Result<Statement> {
         if let Some(s) = self.stmts.borrow().get(sql) {
             return Ok(s.clone());
@@ -171,11 +166,6 @@ fn err(e: tokio_postgres::Error, sql: &str) -> StoreError {
         None => e.to_string(),
     };
     StoreError::Postgres { message: detail, statement: Some(super::first_line(sql).into_owned()) }
-}
-
-/// Whether `e` is a unique-key violation (another process stored the same row first).
-pub(crate) fn is_unique_violation(e: &StoreError) -> bool {
-    matches!(e, StoreError::Postgres { message, .. } if message.ends_with("(23505)"))
 }
 
 /// The PostgreSQL spelling of a statement written for SQLite: `?N` → `$N` outside quotes,
