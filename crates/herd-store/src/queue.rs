@@ -302,7 +302,14 @@ impl Store {
                 lock_plan(tx, orch)?;
                 let kind = if *again { "step_requeued" } else { "step_failed" };
                 let payload = serde_json::json!({"reason": "lease_expired"});
-                crate::plans::append_plan_event(tx, orch, crate::now_ms(), kind, Some(key), &payload)?;
+                crate::plans::append_plan_event(
+                    tx,
+                    orch,
+                    crate::now_ms(),
+                    kind,
+                    Some(key),
+                    &payload,
+                )?;
                 if !again {
                     fail_dependents(tx, orch)?;
                     finish_plan_if_done(tx, orch)?;
@@ -401,7 +408,14 @@ fn fail_dependents(tx: &Db, orch: &str) -> Result<()> {
         }
         for (key, reason) in failed {
             let payload = serde_json::json!({"status": "failed", "reason": reason});
-            crate::plans::append_plan_event(tx, orch, crate::now_ms(), "step_failed", Some(&key), &payload)?;
+            crate::plans::append_plan_event(
+                tx,
+                orch,
+                crate::now_ms(),
+                "step_failed",
+                Some(&key),
+                &payload,
+            )?;
         }
     }
 }

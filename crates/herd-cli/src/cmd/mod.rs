@@ -13,6 +13,7 @@ mod remote;
 mod serve;
 mod signals;
 mod task;
+mod worker;
 mod worktrees;
 
 use std::path::{Path, PathBuf};
@@ -26,7 +27,8 @@ use crate::state;
 pub fn dispatch(cli: Cli) -> anyhow::Result<u8> {
     let state_dir = state::resolve(cli.state_dir.as_deref())?;
     if let Some(s) = &cli.store {
-        let b = herd_store::Backend::parse(s).map_err(|e| anyhow::anyhow!("--store: {e}"))?;
+        let b = herd_engine::service::StoreBackend::parse(s)
+            .map_err(|e| anyhow::anyhow!("--store: {e}"))?;
         let _ = STORE.set(b);
     }
     match cli.command {
@@ -47,11 +49,13 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Worktrees(cmd) => worktrees::run(&state_dir, cmd),
         Command::Serve(args) => serve::run(&state_dir, args),
         Command::Attach(args) => remote::attach(&state_dir, args),
+        Command::Worker(args) => worker::work(&state_dir, args),
+        Command::Workers(args) => worker::list(&state_dir, args),
     }
 }
 
 /// `--store` / `HERD_STORE_URL`, when given: it overrides the config's `store:`.
-static STORE: std::sync::OnceLock<herd_store::Backend> = std::sync::OnceLock::new();
+static STORE: std::sync::OnceLock<herd_engine::service::StoreBackend> = std::sync::OnceLock::new();
 
 /// The service of `state_dir` as the project's config sets it up, for a command of `surface`.
 fn open_service(state_dir: &Path, surface: &str) -> anyhow::Result<Service> {

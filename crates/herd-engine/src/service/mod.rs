@@ -17,6 +17,7 @@ mod request;
 mod tasks;
 mod views;
 mod watch;
+mod worker;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -29,6 +30,8 @@ pub use api::{
     WaitMode, WorkspaceSpec,
 };
 pub use error::{ApiError, Code};
+/// Where a service's database is (`--store`), and a worker as the shared store records it.
+pub use herd_store::{Backend as StoreBackend, WorkerRow};
 pub use jobs::{JobState, Waited};
 pub use plans::{PlanOutline, PlanStarted};
 pub use read::{AuditQuery, GcReport, Pruned, RunFilter};
@@ -38,6 +41,7 @@ pub use views::{
     AuditEntry, PermissionRequestView, PlanUsage, PlanView, RunView, StepView, WorktreeView,
 };
 pub use watch::Watch;
+pub use worker::{WorkerOptions, WorkerSummary};
 
 pub use crate::plan::{PlanReport, PlanUpdate, PriorStep, Resume, StepOutcome};
 pub use crate::{Progress, StopLevel};
@@ -78,7 +82,10 @@ impl ServiceOptions {
             crate::config::load(project_root).map_err(|e| ApiError::invalid(e.to_string()))?;
         let store = match &cfg.store {
             Some(s) => herd_store::Backend::parse(s).map_err(|e| {
-                ApiError::invalid(format!("{}: store: {e}", project_root.join(".herd/config.yml").display()))
+                ApiError::invalid(format!(
+                    "{}: store: {e}",
+                    project_root.join(".herd/config.yml").display()
+                ))
             })?,
             None => herd_store::Backend::Sqlite,
         };
