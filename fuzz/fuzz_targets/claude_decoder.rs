@@ -2,11 +2,12 @@
 //! Run: `cargo fuzz run claude_decoder` (needs cargo-fuzz and a nightly or RUSTC_BOOTSTRAP=1).
 #![no_main]
 
-use herd_backends::BackendKind;
+use herd_backends::Decoder;
+use herd_backends::claude::ClaudeDecoder;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let mut decoder = BackendKind::Claude.backend().decoder();
+    let mut decoder = ClaudeDecoder::default();
     let mut out = Vec::new();
     for line in data.split(|&b| b == b'\n') {
         decoder.decode(line, &mut out);

@@ -3,7 +3,12 @@
 
 use herd_core::{AgentEvent, Decoded, FailureReason, ResultInfo, Usage};
 
-use crate::{Backend, BackendError, BackendKind, Decoder, Exit, Invocation, RunSpec, Verdict};
+use std::path::{Path, PathBuf};
+
+use crate::{
+    Backend, BackendError, BackendKind, Decoder, Exit, Invocation, Launch, PermissionRoute,
+    RunSpec, Verdict,
+};
 
 /// Runs `spec.command` (program and arguments).
 #[derive(Debug, Clone, Copy)]
@@ -14,28 +19,36 @@ impl Backend for Command {
         BackendKind::Command
     }
 
-    fn program_override_var(&self) -> Option<&'static str> {
+    fn program_override_var(&self, _spec: &RunSpec) -> Option<&'static str> {
         None
     }
 
-    fn invocation(
+    fn program(
         &self,
         spec: &RunSpec,
         path_var: Option<&str>,
         _override_bin: Option<&str>,
-    ) -> Result<Invocation, BackendError> {
-        let Some((program, args)) = spec.command.split_first() else {
+    ) -> Result<PathBuf, BackendError> {
+        let Some(program) = spec.command.first() else {
             return Err(BackendError::Invalid(
                 "the command backend needs a program: herd task PROMPT --cli command -- PROGRAM [ARGS…]"
                     .into(),
             ));
         };
-        let program = crate::resolve_program(program, "PATH", path_var, None)?;
-        Ok(Invocation { program, args: args.to_vec() })
+        Ok(crate::resolve_program(program, "PATH", path_var, None)?)
     }
 
-    fn env_prefixes(&self) -> &'static [&'static str] {
+    fn invocation(&self, spec: &RunSpec, launch: &Launch<'_>) -> Result<Invocation, BackendError> {
+        let program = self.program(spec, launch.var("PATH"), None)?;
+        Ok(Invocation { program, args: spec.command[1..].to_vec() })
+    }
+
+    fn env_prefixes(&self, _spec: &RunSpec) -> &'static [&'static str] {
         &[]
+    }
+
+    fn permission_route(&self, _spec: &RunSpec, _confined: bool) -> PermissionRoute {
+        PermissionRoute::None
     }
 
     fn initial_stdin(&self, spec: &RunSpec) -> Vec<u8> {
@@ -50,7 +63,7 @@ impl Backend for Command {
         None
     }
 
-    fn decoder(&self) -> Box<dyn Decoder> {
+    fn decoder(&self, _spec: &RunSpec, _cwd: &Path) -> Box<dyn Decoder> {
         Box::new(LineDecoder)
     }
 
@@ -94,13 +107,17 @@ mod tests {
             Verdict::Failed(FailureReason::ExitCode { code: 3 })
         );
         let mut out = Vec::new();
-        Command.decoder().decode(b"caf\xc3\xa9 \xff\r", &mut out);
+        Command
+            .decoder(&RunSpec::default(), Path::new("/"))
+            .decode(b"caf\xc3\xa9 \xff\r", &mut out);
         assert_eq!(out[0].event, AgentEvent::Text { text: "café \u{fffd}".into() });
     }
 
     #[test]
     fn needs_a_program() {
-        let err = Command.invocation(&RunSpec::default(), Some("/bin"), None).unwrap_err();
+        let env = [("PATH".to_owned(), "/bin".to_owned())];
+        let launch = Launch { env: &env, override_bin: None, confined: false, files: &[] };
+        let err = Command.invocation(&RunSpec::default(), &launch).unwrap_err();
         assert!(err.to_string().contains("needs a program"));
     }
 }

@@ -17,21 +17,24 @@ impl ToolName {
     }
 }
 
-/// Gemini CLI 0.61.0's built-in tools (declared in its API requests) in Claude's vocabulary.
+/// Gemini CLI 0.61.0's built-in tools (declared in its API requests), by their name in
+/// Claude's vocabulary.
+pub const GEMINI_TOOLS: &[(&str, &[&str])] = &[
+    ("Bash", &["run_shell_command"]),
+    ("Write", &["write_file"]),
+    ("Edit", &["replace"]),
+    ("Read", &["read_file", "read_many_files"]),
+    ("Glob", &["list_directory", "glob"]),
+    ("Grep", &["grep_search", "search_file_content"]),
+    ("WebSearch", &["google_web_search"]),
+    ("WebFetch", &["web_fetch"]),
+    ("TodoWrite", &["write_todos"]),
+    ("Agent", &["invoke_agent"]),
+];
+
+/// A gemini tool in Claude's vocabulary.
 pub fn gemini_tool(native: &str) -> ToolName {
-    let claude = match native {
-        "run_shell_command" => Some("Bash"),
-        "write_file" => Some("Write"),
-        "replace" => Some("Edit"),
-        "read_file" | "read_many_files" => Some("Read"),
-        "list_directory" | "glob" => Some("Glob"),
-        "grep_search" | "search_file_content" => Some("Grep"),
-        "google_web_search" => Some("WebSearch"),
-        "web_fetch" => Some("WebFetch"),
-        "write_todos" => Some("TodoWrite"),
-        "invoke_agent" => Some("Agent"),
-        _ => None,
-    };
+    let claude = GEMINI_TOOLS.iter().find(|(_, n)| n.contains(&native)).map(|(c, _)| *c);
     ToolName::new(claude, native)
 }
 

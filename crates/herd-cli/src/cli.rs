@@ -7,7 +7,8 @@ use clap::{Args, Parser, Subcommand};
 use herd_backends::BackendKind;
 
 const AFTER_HELP: &str = "\
-Exit codes: 0 completed, 1 failed, 2 usage or input error, 3 timeout, 130 cancelled.
+Exit codes: 0 completed, 1 failed, 2 usage or input error, 3 timeout, 4 completed but tool
+calls were denied because nobody answered (state completed_with_denials), 130 cancelled.
 State lives in .herd/ at the project root (the nearest directory with .herd or .git);
 move it with --state-dir or HERD_STATE_DIR.";
 
@@ -37,13 +38,16 @@ pub enum Command {
     /// Run a plan of steps (YAML or JSON): in parallel up to a bound, each after its dependencies
     #[command(after_help = RUN_HELP)]
     Run(RunArgs),
-    /// List subagents (running ones; --all for every one)
+    /// List subagents (running ones and their plans' steps; --all for every one)
+    #[command(after_help = PS_HELP)]
     Ps(PsArgs),
-    /// Show one subagent: status, reason, usage, result
+    /// List plans (running ones; --all for every one)
+    Plans(PlansArgs),
+    /// Show one subagent or plan: status, reason, usage, result (a plan: every step)
     Show(ShowArgs),
-    /// Print a subagent's events (or its raw stream with --raw)
+    /// Print a subagent's or a plan's events (or a subagent's raw stream with --raw)
     Logs(LogsArgs),
-    /// Stop a running subagent (works from any terminal)
+    /// Stop a running subagent or plan (works from any terminal)
     Cancel(CancelArgs),
     /// Check which agent CLIs are installed, their versions, and the state dir
     Doctor(DoctorArgs),
@@ -77,6 +81,12 @@ pub enum Command {
     /// Run the daemon in the foreground: runs outlive their clients; gRPC on .herd/herd.sock
     #[command(after_help = SERVE_HELP)]
     Serve(ServeArgs),
+    /// Print a shell completion script: `herd completions bash > ~/.local/share/bash-completion/completions/herd`
+    #[command(after_help = COMPLETIONS_HELP)]
+    Completions {
+        /// The shell
+        shell: clap_complete::Shell,
+    },
 }
 
 const SERVE_HELP: &str = "\
@@ -104,6 +114,12 @@ pub struct ServeArgs {
     pub max_queue: Option<u32>,
 }
 
+const COMPLETIONS_HELP: &str = "\
+Install:
+  bash: herd completions bash > ~/.local/share/bash-completion/completions/herd
+  zsh:  herd completions zsh > \"${fpath[1]}/_herd\"
+  fish: herd completions fish > ~/.config/fish/completions/herd.fish";
+
 #[derive(Debug, Subcommand)]
 pub enum WorktreesCommand {
     /// Every worktree herd created that is not removed yet (--all: removed ones too)
@@ -125,6 +141,7 @@ pub enum WorktreesCommand {
         /// Say what would be removed, remove nothing
         #[arg(long)]
         dry_run: bool,
+        /// Print JSON (an array: each worktree with what was done and why)
         #[arg(long)]
         json: bool,
     },
@@ -137,7 +154,7 @@ pub struct ApproveArgs {
     /// Also allow the same call (tool and input) for the rest of this run without asking
     #[arg(long, requires = "id")]
     pub always: bool,
-    /// Print JSON
+    /// Print JSON (an array of the waiting requests)
     #[arg(long)]
     pub json: bool,
 }
@@ -171,7 +188,7 @@ pub struct AuditArgs {
     /// At most this many entries (0: all)
     #[arg(long, default_value_t = 0)]
     pub limit: usize,
-    /// Print JSON lines
+    /// Print JSON (an array of entries)
     #[arg(long)]
     pub json: bool,
 }
@@ -227,6 +244,30 @@ pub struct PermissionArgs {
     /// valid; `tool:NAME:TTL` adds a tool (repeatable)
     #[arg(long = "grant", value_name = "SPEC")]
     pub grant: Vec<String>,
+    #[command(flatten)]
+    pub asking: AskArgs,
+}
+
+/// Whether a person can be asked: flags of `herd task` and `herd run`.
+#[derive(Debug, Default, Clone, Copy, Args)]
+pub struct AskArgs {
+    /// Nobody will answer: deny a call that needs a person at once (the run then ends
+    /// completed_with_denials, exit 4) [default with --json and no terminal on stdin]
+    #[arg(long, conflicts_with = "wait_for_approval")]
+    pub non_interactive: bool,
+    /// With --json and no terminal: wait for `herd approve` from another terminal (up to
+    /// --permission-timeout) instead of denying at once
+    #[arg(long)]
+    pub wait_for_approval: bool,
+}
+
+impl AskArgs {
+    /// Nobody can answer here: `--non-interactive`, or `--json` with no terminal on stdin (a
+    /// script) unless `--wait-for-approval`.
+    pub fn nobody_answers(self, json: bool) -> bool {
+        use std::io::IsTerminal;
+        self.non_interactive || (json && !self.wait_for_approval && !std::io::stdin().is_terminal())
+    }
 }
 
 const MCP_HELP: &str = "\
@@ -310,6 +351,8 @@ const TASK_HELP: &str = "\
 Examples:
   herd task \"fix the failing test in src/lib.rs\" --cli claude --allow 'Bash(cargo test *)' --allow Edit
   herd task \"summarise\" --cli command -- ./my-agent.sh --fast
+  herd task \"review src/\" --cli gemini --allow Read
+  herd task \"fix it\" --cli acp -- claude-code-acp
   herd task \"…\" --json | jq .result
 
 Tools and rules use Claude Code's vocabulary: --tools is what the agent has at all,
@@ -319,8 +362,12 @@ the pattern is a glob on the command or file path. Deny wins over everything.
 
 A call no rule decides is asked of a person: on a terminal herd asks you, and from
 any terminal `herd approve` lists waiting calls and `herd approve ID` / `herd deny ID`
-answers; nobody answering within --permission-timeout means deny. With --auto-approve
-(needs --tools) herd approves such calls itself within the rate limits and time box;
+answers; nobody answering within --permission-timeout means deny. Without a terminal
+herd says on stderr what waits; with --json and no terminal (a script), or with
+--non-interactive, such a call is denied at once (--wait-for-approval waits instead).
+A run whose calls were denied for want of an answer ends completed_with_denials
+(exit 4). With --auto-approve (needs --tools) herd approves such calls itself within
+the rate limits and time box;
 `herd revoke ID --reason …` switches that off mid-run. Every decision is in `herd audit`.";
 
 #[derive(Debug, Args)]
@@ -328,12 +375,14 @@ pub struct TaskArgs {
     /// The task for the agent
     pub prompt: String,
 
-    /// Which agent CLI runs the task [default: claude]
+    /// Which agent CLI runs the task: claude, codex, gemini, acp (any ACP agent, named
+    /// after --) or command [default: the agent's, else default_cli, else claude]
     #[arg(long, value_parser = parse_cli)]
     pub cli: Option<BackendKind>,
 
     /// Continue a finished subagent (id or unique prefix): natively where the CLI has
-    /// sessions (claude --resume, same cwd and HOME), else by replaying its last messages
+    /// sessions (claude --resume, codex exec resume, ACP session/load; same HOME), else by
+    /// replaying its last messages
     #[arg(long, value_name = "ID")]
     pub resume: Option<String>,
 
@@ -427,7 +476,8 @@ pub struct TaskArgs {
     #[arg(long, help_heading = "Workspace")]
     pub no_auto_commit: bool,
 
-    /// For --cli command: the program and its arguments
+    /// For --cli command: the program and its arguments; for --cli acp: the ACP agent's
+    /// (e.g. -- gemini --acp, -- claude-code-acp)
     #[arg(last = true, value_name = "PROGRAM ARGS")]
     pub command: Vec<String>,
 }
@@ -443,7 +493,24 @@ A plan file:
 
 A step starts when all its depends_on completed; a failed step fails its descendants
 (dependency_failed) while independent steps go on. Each dependent gets its dependencies'
-results in its prompt. Exit 0 only if every step completed.";
+results in its prompt.
+
+On a terminal: a line per active step (queued, starting, running, waiting for approval,
+merging; its tool, turn, tokens, cost), each start announced with its run id; a step's call
+that needs a person is asked at the plan's own prompt, one at a time ([y]es, [n]o, [a]lways);
+Ctrl-C stops the plan, a second Ctrl-C kills it. Without a terminal the same announcements
+are lines on stderr, each waiting call among them (answer with `herd approve ID`).
+From any terminal: herd plans, herd show PLAN, herd logs PLAN --follow, herd cancel PLAN.
+
+Exit 0 if every step completed, 4 if they did but calls were denied because nobody answered,
+1 if a step failed, 130 if the plan was cancelled.";
+
+const PS_HELP: &str = "\
+STATUS is what a person needs to know: running, waiting (a tool call waits for a person:
+`herd approve`), completed, completed_with_denials (calls were denied because nobody
+answered), failed(REASON) (`herd show ID` has it whole), cancelled. NAME/STEP and PLAN name a
+plan's step; steps that have not started are listed with ID `-`. Ids are shown as long as
+keeps them unique: any command takes them as they are shown.";
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
@@ -470,6 +537,8 @@ pub struct RunArgs {
     /// With herd serve running: print the plan's id and return at once
     #[arg(long, conflicts_with = "dry_run")]
     pub detach: bool,
+    #[command(flatten)]
+    pub asking: AskArgs,
 }
 
 #[derive(Debug, Args)]
@@ -481,46 +550,71 @@ pub struct AttachArgs {
     pub json: bool,
 }
 
-#[derive(Debug, Args)]
-pub struct PsArgs {
-    /// Include finished subagents
+/// Which rows `herd ps` and `herd plans` list.
+#[derive(Debug, Clone, Copy, Args)]
+pub struct Rows {
+    /// Include the ones that have ended
     #[arg(long, short)]
     pub all: bool,
     /// At most this many rows (0: all)
     #[arg(long, default_value_t = 50)]
     pub limit: usize,
-    /// Print JSON (an array of objects)
+}
+
+impl From<Rows> for herd_engine::service::RunFilter {
+    fn from(r: Rows) -> Self {
+        Self { all: r.all, limit: r.limit }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct PlansArgs {
+    #[command(flatten)]
+    pub rows: Rows,
+    /// Print JSON (an array of plans, without their steps: `herd show PLAN --json` has them)
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct PsArgs {
+    #[command(flatten)]
+    pub rows: Rows,
+    /// Print JSON (an array of runs; a plan's steps, started or not, are in `herd show PLAN
+    /// --json`)
     #[arg(long)]
     pub json: bool,
 }
 
 #[derive(Debug, Args)]
 pub struct ShowArgs {
-    /// Subagent id (a unique prefix is enough)
+    /// Subagent id, or plan id (pln_…); a unique prefix is enough
     pub id: String,
-    /// Print JSON
+    /// Print JSON (one object: the run, or the plan with its steps)
     #[arg(long)]
     pub json: bool,
 }
 
 #[derive(Debug, Args)]
 pub struct LogsArgs {
-    /// Subagent id (a unique prefix is enough)
+    /// Subagent id, or plan id (pln_…: the plan's events with each step's); a unique prefix
+    /// is enough
     pub id: String,
-    /// Keep printing new output until the subagent ends
+    /// Keep printing new output until the subagent (or plan) ends
     #[arg(long, short)]
     pub follow: bool,
     /// Print the agent's raw stdout stream instead of herd's events
     #[arg(long)]
     pub raw: bool,
-    /// Print events as JSON lines
+    /// Print JSON: one array of events; with --follow, a stream of JSON lines (NDJSON), one
+    /// event per line as it comes
     #[arg(long, conflicts_with = "raw")]
     pub json: bool,
 }
 
 #[derive(Debug, Args)]
 pub struct CancelArgs {
-    /// Subagent id (a unique prefix is enough)
+    /// Subagent id, or plan id (pln_…); a unique prefix is enough
     pub id: String,
     /// Kill at once (SIGKILL) instead of stopping gracefully
     #[arg(long)]

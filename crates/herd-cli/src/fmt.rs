@@ -2,6 +2,8 @@
 //! one-line summaries of events.
 
 use herd_core::AgentEvent;
+use herd_core::permission::{main_input, normalize_tool};
+use herd_engine::service::PermissionRequestView;
 
 pub fn duration_ms(ms: i64) -> String {
     let ms = ms.max(0);
@@ -39,6 +41,15 @@ pub fn oneline(s: &str, max: usize) -> String {
         out.push('…');
     }
     out
+}
+
+/// `Bash(rm -rf build)`: a call waiting for a person, as the tool and its main input (the
+/// command, the file…) on one line.
+pub fn call(r: &PermissionRequestView) -> String {
+    let input = serde_json::from_str::<serde_json::Value>(&r.input_preview).ok();
+    let main = input.as_ref().and_then(|v| main_input(&normalize_tool(&r.tool), v));
+    let shown = main.unwrap_or_else(|| r.input_preview.clone());
+    format!("{}({})", r.tool, oneline(&shown, 120))
 }
 
 /// A one-line description of an event for `herd logs`.

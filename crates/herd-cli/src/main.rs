@@ -1,10 +1,15 @@
 //! The `herd` binary: parses the command line, runs one command, maps the outcome to an exit
-//! code (0 completed, 1 failed, 2 usage or input error, 3 timeout, 130 cancelled).
+//! code (0 completed, 1 failed, 2 usage or input error, 3 timeout, 4 completed with calls
+//! denied for want of an answer, 130 cancelled).
 
+mod board;
 mod cli;
 mod cmd;
+#[cfg(test)]
+mod fixtures;
 mod fmt;
 mod state;
+mod tables;
 
 use std::process::ExitCode;
 
@@ -28,6 +33,8 @@ pub mod exit {
     pub const FAILED: u8 = 1;
     pub const USAGE: u8 = 2;
     pub const TIMEOUT: u8 = 3;
+    /// Completed, but tool calls were denied because nobody answered.
+    pub const DENIED: u8 = 4;
     pub const CANCELLED: u8 = 130;
 }
 

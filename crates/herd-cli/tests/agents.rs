@@ -56,6 +56,35 @@ fn import_is_one_way_and_idempotent() {
     assert_eq!(t["source"], "native");
     let out = w.run(&["agents", "validate"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    // The file it was imported from is its source, not a definition it shadows.
+    let out = w.run(&["agents", "list"]);
+    let all =
+        String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
+    assert!(!all.contains("shadowed"), "{all}");
+}
+
+#[test]
+fn agents_that_cannot_run_here_say_why() {
+    let w = World::new();
+    write(&w, ".herd/agents/coder.yml", "name: coder\ncli: codex\nprompt: Code.\n");
+    write(&w, ".herd/agents/runner.yml", "name: runner\ncli: command\n");
+    let out = w
+        .herd(&["agents", "list", "--json"])
+        .env("HERD_CODEX_BIN", "/nowhere/codex")
+        .output()
+        .unwrap();
+    let list: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let coder = &list[0];
+    assert_eq!((&coder["name"], &coder["runnable"]), (&"coder".into(), &false.into()), "{list}");
+    let why = coder["not_runnable_because"].as_str().unwrap();
+    assert!(why.contains("codex is not installed") && why.contains("/nowhere/codex"), "{why}");
+    assert_eq!(
+        (&list[1]["runnable"], &list[1]["not_runnable_because"]),
+        (&true.into(), &serde_json::Value::Null)
+    );
+    let out = w.herd(&["agents", "list"]).env("HERD_CODEX_BIN", "/nowhere/codex").output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("(cannot run here: codex is not installed"), "{text}");
 }
 
 #[test]

@@ -65,11 +65,16 @@ fn the_exit_code_decides_and_json_has_the_documented_fields() {
             "native_session_id",
             "num_turns",
             "pid",
+            "plan_id",
             "prompt",
             "result",
             "result_truncated",
             "started_at",
+            "state",
             "status",
+            "step",
+            "transcript",
+            "unanswered_denials",
             "usage"
         ],
         "one run shape for task --json, show --json and ps --json"
@@ -314,7 +319,8 @@ fn usage_errors_exit_2_with_clear_messages() {
     let cases: &[&[&str]] = &[
         &["task", "x", "--cli", "command"],
         &["task", "x", "--cli", "claude", "--", "ls"],
-        &["task", "x", "--cli", "gemini"],
+        // The agent's PATH has no gemini (and HERD_GEMINI_BIN is unset): named, with the fix.
+        &["task", "x", "--cli", "gemini", "--env", "PATH=/nonexistent"],
         &["task", "x", "--timeout", "0s"],
         &["task", "x", "--env", "NOEQUALS"],
         &["task", "x", "--cwd", "/definitely/not/here", "--cli", "command", "--", "true"],
@@ -332,8 +338,17 @@ fn usage_errors_exit_2_with_clear_messages() {
 
 #[test]
 fn help_teaches() {
-    let out = World::new().run(&["task", "--help"]);
+    let w = World::new();
+    let out = w.run(&["task", "--help"]);
     insta::assert_snapshot!(String::from_utf8_lossy(&out.stdout));
+    for args in [&["--help"][..], &["run", "--help"], &["ps", "--help"]] {
+        let out = w.run(args);
+        assert!(out.status.success(), "{args:?}");
+        let words: Vec<&str> =
+            std::iter::once("herd").chain(args[..args.len() - 1].to_vec()).collect();
+        let name = format!("help_{}", words.join("_"));
+        insta::assert_snapshot!(name, String::from_utf8_lossy(&out.stdout));
+    }
 }
 
 #[test]
@@ -386,4 +401,80 @@ fn forced_cancel_records_cancelled() {
     let (_, row) = w.json(&["show", &id, "--json"]);
     assert_eq!(row["status"], "cancelled");
     assert!(!procs_with_cmdline("sleep 78.91").iter().any(|(_, c)| c.starts_with("sleep 78.91")));
+}
+
+#[test]
+fn herds_state_stays_out_of_git_status_and_project_files_stay_in() {
+    let w = World::new();
+    common::git(&w.work, &["init", "-q"]);
+    // The state dir in the project, where herd creates it.
+    let out = w
+        .herd(&["task", "x", "--cli", "command", "--", "true"])
+        .env_remove("HERD_STATE_DIR")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(w.work.join(".herd/herd.db").exists());
+    let status = common::git(&w.work, &["status", "--porcelain", "--untracked-files=all"]);
+    assert_eq!(status, "", "herd's state shows in git status");
+    // What a person keeps there still shows.
+    std::fs::write(w.work.join(".herd/config.yml"), "max_turns: 3\n").unwrap();
+    std::fs::create_dir_all(w.work.join(".herd/agents")).unwrap();
+    std::fs::write(w.work.join(".herd/agents/a.yml"), "name: a\n").unwrap();
+    let status = common::git(&w.work, &["status", "--porcelain", "--untracked-files=all"]);
+    assert_eq!(status, "?? .herd/agents/a.yml\n?? .herd/config.yml\n");
+    // A state dir that existed before is left as it is.
+    let mine = w.work.join("mine");
+    std::fs::create_dir_all(&mine).unwrap();
+    let out = w
+        .herd(&["task", "x", "--cli", "command", "--", "true"])
+        .env("HERD_STATE_DIR", &mine)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(!mine.join(".gitignore").exists());
+}
+
+#[test]
+fn shell_completions_are_printed() {
+    let w = World::new();
+    for (shell, marker) in
+        [("bash", "_herd()"), ("zsh", "#compdef herd"), ("fish", "complete -c herd")]
+    {
+        let out = w.run(&["completions", shell]);
+        assert!(out.status.success(), "{shell}: {}", stderr(&out));
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains(marker) && text.contains("plans"), "{shell}: {text}");
+    }
+    let out = w.run(&["completions", "tcsh"]);
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn the_users_config_applies_under_the_projects() {
+    let w = World::new();
+    let user = w.home.join("xdg/herd");
+    std::fs::create_dir_all(&user).unwrap();
+    std::fs::write(user.join("config.yml"), "timeout: 1s\n").unwrap();
+    let task = |w: &World| {
+        w.herd(&["task", "x", "--cli", "command", "--json", "--", "sleep", "2"])
+            .env("XDG_CONFIG_HOME", w.home.join("xdg"))
+            .output()
+            .unwrap()
+    };
+    // The user's timeout applies where the project says nothing.
+    let out = task(&w);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["failure_reason"], "timeout", "{v}");
+    // The project's own setting wins.
+    std::fs::create_dir_all(w.work.join(".herd")).unwrap();
+    std::fs::write(w.work.join(".herd/config.yml"), "timeout: 30s\n").unwrap();
+    let out = task(&w);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    // A mistake in the user's file names that file.
+    std::fs::write(user.join("config.yml"), "timeout: soon\n").unwrap();
+    let out = task(&w);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("xdg/herd/config.yml"), "{}", stderr(&out));
 }

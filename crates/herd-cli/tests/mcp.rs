@@ -54,7 +54,7 @@ async fn an_mcp_client_lists_the_tools_and_runs_a_task() {
     )
     .await;
     assert_eq!(v["status"], "completed", "{v}");
-    assert_eq!(v["output"], "hello from the subagent");
+    assert_eq!(v["result"], "hello from the subagent");
     assert!(v["usage"]["input_tokens"].as_u64().unwrap() > 0, "{v}");
     assert!(v["cost_usd"].as_f64().unwrap() > 0.0, "{v}");
     assert!(v["duration_ms"].as_i64().is_some(), "{v}");
@@ -69,12 +69,12 @@ async fn an_mcp_client_lists_the_tools_and_runs_a_task() {
         ok(&c, "task", json!({"description": "follow up", "prompt": "and now?", "session_id": id}))
             .await;
     assert_eq!(again["status"], "completed", "{again}");
-    assert_eq!(again["output"], "second answer after mcp_fg");
+    assert_eq!(again["result"], "second answer after mcp_fg");
     assert_ne!(again["session_id"], id);
 
     // The result is kept: task_result reads it back.
     let r = ok(&c, "task_result", json!({"id": id})).await;
-    assert_eq!(r["output"], "hello from the subagent");
+    assert_eq!(r["result"], "hello from the subagent");
     let status = ok(&c, "task_status", json!({})).await;
     assert_eq!(status["tasks"].as_array().unwrap().len(), 2, "{status}");
 
@@ -133,12 +133,12 @@ async fn background_tasks_share_the_pool_and_can_be_waited_for_and_cancelled() {
     let v = ok(&c, "task_wait", json!({"ids": [a, b], "mode": "all", "timeout_s": 60})).await;
     assert_eq!(v["timed_out"], false, "{v}");
     assert_eq!(v["done"], 2, "{v}");
-    assert_eq!(ok(&c, "task_result", json!({"id": a})).await["output"], "A done");
-    assert_eq!(ok(&c, "task_result", json!({"id": b})).await["output"], "B done");
-    // B started only after A ended.
+    assert_eq!(ok(&c, "task_result", json!({"id": a})).await["result"], "A done");
+    assert_eq!(ok(&c, "task_result", json!({"id": b})).await["result"], "B done");
+    // B started only after A ended (RFC 3339 times of one width sort as the instants do).
     let (ra, rb) = (show(&w, a), show(&w, b));
     assert!(
-        rb["started_at"].as_i64().unwrap() >= ra["completed_at"].as_i64().unwrap(),
+        rb["started_at"].as_str().unwrap() >= ra["completed_at"].as_str().unwrap(),
         "B started before A ended: {ra} {rb}"
     );
 
@@ -219,9 +219,9 @@ async fn a_background_tasks_tool_calls_are_answered_with_the_approve_tool() {
     let id = v["session_id"].as_str().unwrap().to_owned();
     let first = pending_request(&c, &id).await;
     assert_eq!(first["tool"], "Bash", "{first}");
-    assert!(first["input"].as_str().unwrap().contains("approved.txt"), "{first}");
+    assert!(first["input_preview"].as_str().unwrap().contains("approved.txt"), "{first}");
     assert!(first["expires_in_s"].as_i64().unwrap() > 0, "{first}");
-    let req = first["request_id"].as_str().unwrap().to_owned();
+    let req = first["id"].as_str().unwrap().to_owned();
     let e =
         err(&c, "approve", json!({"request_id": req, "decision": "deny", "always": true})).await;
     assert!(e.contains("always: only with decision"), "{e}");
@@ -232,14 +232,14 @@ async fn a_background_tasks_tool_calls_are_answered_with_the_approve_tool() {
     assert!(e.contains("already decided (approved)"), "{e}");
 
     let second = pending_request(&c, &id).await;
-    assert_ne!(second["request_id"], req.as_str());
-    let req2 = second["request_id"].as_str().unwrap();
+    assert_ne!(second["id"], req.as_str());
+    let req2 = second["id"].as_str().unwrap();
     ok(&c, "approve", json!({"request_id": req2, "decision": "deny", "reason": "not that one"}))
         .await;
     let v = ok(&c, "task_wait", json!({"ids": [id], "timeout_s": 60})).await;
     assert_eq!(v["tasks"][0]["status"], "completed", "{v}");
     let r = ok(&c, "task_result", json!({"id": id})).await;
-    assert!(r["output"].as_str().unwrap().contains("not that one"), "{r}");
+    assert!(r["result"].as_str().unwrap().contains("not that one"), "{r}");
     assert!(r.get("pending_permissions").is_none(), "{r}");
     assert!(yes.exists(), "the approved call did not run");
     assert!(!no.exists(), "the denied call ran");
@@ -249,9 +249,9 @@ async fn a_background_tasks_tool_calls_are_answered_with_the_approve_tool() {
 
     // Both answers are audited as the MCP client's.
     let out = w.run(&["audit", "--subagent", &id, "--json"]);
-    let rows: Vec<Value> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
+    let rows: Vec<Value> = serde_json::from_slice::<Vec<Value>>(&out.stdout)
+        .unwrap()
+        .into_iter()
         .filter(|r: &Value| r["event_type"] == "permission_decision")
         .collect();
     assert_eq!(rows.len(), 2, "{rows:#?}");
@@ -296,7 +296,7 @@ async fn an_isolated_task_works_in_its_own_worktree_and_is_merged() {
     assert_eq!(ws["status"], "merged", "{v}");
     // The agent ran in the worktree, not in the checkout.
     let worktree = ws["path"].as_str().unwrap();
-    assert!(v["output"].as_str().unwrap().contains(worktree), "{v}");
+    assert!(v["result"].as_str().unwrap().contains(worktree), "{v}");
     assert_eq!(common::git(&w.work, &["show", &format!("{integ}:m.txt")]), "M\n");
     assert!(!w.work.join("m.txt").exists());
     assert_eq!(common::git(&w.work, &["rev-parse", "HEAD"]).trim(), head);
@@ -313,8 +313,8 @@ async fn a_plan_runs_through_the_run_plan_tool() {
     let plan = "name: two\nsteps:\n  - {id: a, prompt: \"SCENARIO=mcp_plan_a go\"}\n  - {id: b, prompt: \"SCENARIO=mcp_plan_b go\", depends_on: [a]}\n";
     let v = ok(&c, "run_plan", json!({"plan": plan})).await;
     assert_eq!(v["status"], "completed", "{v}");
-    assert_eq!(v["steps"][0]["output"], "alpha");
-    assert_eq!(v["steps"][1]["output"], "beta saw: mcp_plan_b");
+    assert_eq!(v["steps"][0]["result"], "alpha");
+    assert_eq!(v["steps"][1]["result"], "beta saw: mcp_plan_b");
     // b got a's result as context.
     assert!(mock.requests_for("mcp_plan_b")[0].body.to_string().contains("alpha"));
 
@@ -354,7 +354,7 @@ async fn the_projects_deny_rules_win_over_a_tasks_allow() {
     )
     .await;
     assert_eq!(v["status"], "completed", "{v}");
-    assert!(v["output"].as_str().unwrap().contains("deny rule"), "{v}");
+    assert!(v["result"].as_str().unwrap().contains("deny rule"), "{v}");
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");
     c.cancel().await.unwrap();
 }
@@ -373,7 +373,7 @@ async fn a_plans_agents_share_the_servers_pool() {
     let v = ok(&c, "run_plan", json!({"plan": plan})).await;
     assert_eq!(v["status"], "completed", "{v}");
     for s in v["steps"].as_array().unwrap() {
-        assert_eq!(s["output"].as_str().unwrap().trim(), "1", "{v}");
+        assert_eq!(s["result"].as_str().unwrap().trim(), "1", "{v}");
     }
     c.cancel().await.unwrap();
 }
@@ -493,7 +493,7 @@ fn stdout_carries_only_the_protocol() {
         .collect();
     assert!(msgs.iter().all(|m| m["jsonrpc"] == "2.0"), "{stdout}");
     let answer = msgs.iter().find(|m| m["id"] == 2).unwrap_or_else(|| panic!("{stdout}"));
-    assert_eq!(answer["result"]["structuredContent"]["output"], "raw answer", "{answer}");
+    assert_eq!(answer["result"]["structuredContent"]["result"], "raw answer", "{answer}");
 }
 
 #[test]
@@ -605,7 +605,7 @@ fn claude_delegates_to_a_herd_subagent_through_mcp() {
     // The tool result the outer claude got is herd's JSON with the subagent's output.
     let inner: Value = serde_json::from_str(&result["outer saw: ".len()..]).unwrap();
     assert_eq!(inner["status"], "completed", "{inner}");
-    assert_eq!(inner["output"], "inner: the file is written");
+    assert_eq!(inner["result"], "inner: the file is written");
     assert_eq!(std::fs::read_to_string(&target).unwrap(), "written by herd's subagent\n");
     // The outer model was offered herd's tool; the subagent is in herd's store.
     assert!(mock.requests_for("mcp_outer")[0].body.to_string().contains("mcp__herd__task"));
@@ -640,4 +640,52 @@ fn a_claude_started_by_herd_cannot_delegate_past_the_depth_limit() {
         "{result}"
     );
     assert!(mock.requests_for("mcp_deep_inner").is_empty());
+}
+
+/// `agent_cli` is the one backend enum: codex and gemini run for an MCP client as for `herd
+/// task`, and `acp` runs the ACP agent an agent definition names (never a program the client
+/// picks).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_cli_runs_codex_gemini_and_a_defined_acp_agent() {
+    let w = world_or_skip!();
+    let (Some(codex), Some(gemini), Some(acp)) = (
+        herd_testkit::require_codex(),
+        herd_testkit::require_gemini(),
+        herd_testkit::require_claude_code_acp(),
+    ) else {
+        return;
+    };
+    let mock = MockServer::shared();
+    std::fs::create_dir_all(w.work.join(".herd/agents")).unwrap();
+    std::fs::write(
+        w.work.join(".herd/agents/acp-helper.yml"),
+        "description: helps\ncli: acp\nacp: {command: [claude-code-acp]}\n",
+    )
+    .unwrap();
+    let mut env: Vec<(String, String)> = herd_testkit::codex_env(mock, &w.home);
+    env.extend(herd_testkit::gemini_env(mock, &w.home));
+    env.extend(herd_testkit::claude_code_acp_env(mock, &w.home));
+    for (k, bin) in
+        [("HERD_CODEX_BIN", codex), ("HERD_GEMINI_BIN", gemini), ("HERD_CLAUDE_CODE_ACP_BIN", acp)]
+    {
+        env.push((k.into(), bin.display().to_string()));
+    }
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let c = connect_with(&w, &[], &env).await;
+    for (cli, agent) in [("codex", None), ("gemini", None), ("acp", Some("acp-helper"))] {
+        let s = format!("mcp_cli_{cli}");
+        mock.script(&s, Script::new().text(format!("hello from {cli}")));
+        let mut args =
+            json!({"description": cli, "prompt": format!("SCENARIO={s} go"), "agent_cli": cli});
+        if let Some(a) = agent {
+            args["agent_name"] = json!(a);
+        }
+        let v = ok(&c, "task", args).await;
+        assert_eq!(v["status"], "completed", "{v}");
+        assert_eq!(v["result"], format!("hello from {cli}"), "{v}");
+        assert_eq!(show(&w, v["session_id"].as_str().unwrap())["cli"], cli);
+    }
+    let e = err(&c, "task", json!({"description": "x", "prompt": "p", "agent_cli": "acp"})).await;
+    assert!(e.contains("give agent_name"), "{e}");
+    c.cancel().await.unwrap();
 }

@@ -55,9 +55,12 @@ async fn a_clients_allow_does_not_widen_the_servers_policy() {
         json!({"description": "widen", "prompt": "SCENARIO=mcp_widen go", "allow": ["Bash"]}),
     )
     .await;
-    assert_eq!(v["status"], "completed", "{v}");
+    assert_eq!(
+        (&v["status"], &v["state"]),
+        (&json!("completed"), &json!("completed_with_denials"))
+    );
     assert!(!target.exists(), "a client's allow ran a command the server never allowed");
-    assert!(v["output"].as_str().unwrap().contains("nobody answered"), "{v}");
+    assert!(v["result"].as_str().unwrap().contains("nobody answered"), "{v}");
     c.cancel().await.unwrap();
 
     // Started with the server's allow, the same request runs it.

@@ -6,7 +6,7 @@ mod common;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::{World, wait_until};
+use common::{World, bash, first_id, pending_request, wait_until};
 use herd_testkit::{MockServer, Script};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -21,47 +21,14 @@ macro_rules! world_or_skip {
     }};
 }
 
-fn bash(cmd: &str) -> Value {
-    json!({"command": cmd, "description": "test step"})
-}
-
-/// `herd audit --json` rows of one subagent.
-fn audit(w: &World, id: &str) -> Vec<Value> {
-    let out = w.run(&["audit", "--subagent", id, "--json"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect()
-}
-
+/// The rows of event type `t`.
 fn of_type<'a>(rows: &'a [Value], t: &str) -> Vec<&'a Value> {
     rows.iter().filter(|r| r["event_type"] == t).collect()
-}
-
-/// The `id` of the first row `herd ARGS` prints as a JSON array, once there is one.
-fn first_id(w: &World, args: &[&str], what: &str) -> String {
-    let mut id = None;
-    assert!(
-        wait_until(Duration::from_secs(20), || {
-            let (_, v) = w.json(args);
-            id = v
-                .as_array()
-                .and_then(|a| a.first())
-                .and_then(|r| r["id"].as_str())
-                .map(str::to_owned);
-            id.is_some()
-        }),
-        "no {what}"
-    );
-    id.unwrap()
 }
 
 /// The id of the one running subagent, once it shows up.
 fn running_id(w: &World) -> String {
     first_id(w, &["ps", "--json"], "running subagent")
-}
-
-/// The id of the first permission request waiting for a person.
-fn pending_request(w: &World) -> String {
-    first_id(w, &["approve", "--json"], "pending permission request")
 }
 
 #[test]
@@ -98,7 +65,7 @@ fn allow_rule_runs_a_command_deny_rule_blocks_rm_and_both_are_audited_with_hashe
     assert!(reqs.last().unwrap().body.to_string().contains("Denied by herd"));
 
     let id = v["id"].as_str().unwrap();
-    let rows = audit(&w, id);
+    let rows = w.audit(id);
     assert_eq!(of_type(&rows, "subagent_spawn").len(), 1);
     let decisions = of_type(&rows, "permission_decision");
     assert_eq!(decisions.len(), 2, "{rows:#?}");
@@ -147,13 +114,19 @@ fn read_only_calls_and_the_repositorys_own_settings_cannot_get_past_herds_rules(
         "Bash(echo *)",
         "--permission-timeout",
         "3s",
+        "--wait-for-approval",
         "--json",
     ]);
-    assert_eq!(code, 0, "{v}");
+    // The Write nobody answered was denied: completed, but not silently (issue 19).
+    assert_eq!(code, 4, "{v}");
+    assert_eq!(
+        (&v["status"], &v["state"]),
+        (&json!("completed"), &json!("completed_with_denials"))
+    );
     let reqs = MockServer::shared().requests_for("perm_readonly");
     let seen = reqs.last().unwrap().body.to_string();
     assert!(!seen.contains("s3cret-value"), "a denied read reached the model: {seen}");
-    let rows = audit(&w, v["id"].as_str().unwrap());
+    let rows = w.audit(v["id"].as_str().unwrap());
     let decisions = of_type(&rows, "permission_decision");
     let by: Vec<(&str, &str)> = decisions
         .iter()
@@ -179,7 +152,14 @@ fn a_call_approved_from_a_second_process_runs() {
             .text("done: {{last_tool_result}}"),
     );
     let child = w
-        .herd(&["task", "SCENARIO=perm_approve go", "--permission-timeout", "60s", "--json"])
+        .herd(&[
+            "task",
+            "SCENARIO=perm_approve go",
+            "--permission-timeout",
+            "60s",
+            "--wait-for-approval",
+            "--json",
+        ])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -197,7 +177,7 @@ fn a_call_approved_from_a_second_process_runs() {
     assert_eq!(again.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&again.stderr).contains("already decided"));
 
-    let rows = audit(&w, v["id"].as_str().unwrap());
+    let rows = w.audit(v["id"].as_str().unwrap());
     assert_eq!(of_type(&rows, "permission_request")[0]["decision"], "ask");
     let d = of_type(&rows, "permission_decision");
     assert_eq!(d.len(), 1);
@@ -216,9 +196,18 @@ fn an_unanswered_call_is_denied_at_the_timeout() {
             .text("done: {{last_tool_result}}"),
     );
     let start = Instant::now();
-    let (code, v) =
-        w.json(&["task", "SCENARIO=perm_timeout go", "--permission-timeout", "2s", "--json"]);
-    assert_eq!(code, 0, "{v}");
+    let (code, v) = w.json(&[
+        "task",
+        "SCENARIO=perm_timeout go",
+        "--permission-timeout",
+        "2s",
+        "--wait-for-approval",
+        "--json",
+    ]);
+    // Denied for want of an answer: exit 4 and the state say so (issue 19).
+    assert_eq!(code, 4, "{v}");
+    assert_eq!(v["state"], "completed_with_denials", "{v}");
+    assert_eq!(v["unanswered_denials"], 1, "{v}");
     assert!(start.elapsed() >= Duration::from_secs(2));
     assert!(!never.exists());
     assert!(v["result"].as_str().unwrap().contains("nobody answered within 2s"), "{v}");
@@ -237,7 +226,14 @@ fn an_answer_to_a_dead_runs_request_is_refused_and_audited() {
             .text("done: {{last_tool_result}}"),
     );
     let mut child = w
-        .herd(&["task", "SCENARIO=perm_dead go", "--permission-timeout", "120s", "--json"])
+        .herd(&[
+            "task",
+            "SCENARIO=perm_dead go",
+            "--permission-timeout",
+            "120s",
+            "--json",
+            "--wait-for-approval",
+        ])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -254,7 +250,7 @@ fn an_answer_to_a_dead_runs_request_is_refused_and_audited() {
     assert!(!never.exists());
     let (_, pending) = w.json(&["approve", "--json"]);
     assert_eq!(pending, json!([]), "the stale request is closed");
-    let rows = audit(&w, &run);
+    let rows = w.audit(&run);
     let refused = of_type(&rows, "permission_answer_refused");
     assert_eq!(refused.len(), 1, "{rows:#?}");
     assert_eq!(refused[0]["decision"], "allow");
@@ -275,7 +271,14 @@ fn approve_always_lets_the_same_call_run_again_and_unnamed_reads_are_observed() 
             .text("done: {{last_tool_result}}"),
     );
     let child = w
-        .herd(&["task", "SCENARIO=perm_always go", "--permission-timeout", "60s", "--json"])
+        .herd(&[
+            "task",
+            "SCENARIO=perm_always go",
+            "--permission-timeout",
+            "60s",
+            "--wait-for-approval",
+            "--json",
+        ])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -286,7 +289,7 @@ fn approve_always_lets_the_same_call_run_again_and_unnamed_reads_are_observed() 
     let out = child.wait_with_output().unwrap();
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(out.status.code(), Some(0), "{v}");
-    let rows = audit(&w, v["id"].as_str().unwrap());
+    let rows = w.audit(v["id"].as_str().unwrap());
     // One person's answer, then the same call allowed by the rule it added: nobody asked twice.
     assert_eq!(of_type(&rows, "permission_request").len(), 1, "{rows:#?}");
     let decisions = of_type(&rows, "permission_decision");
@@ -320,7 +323,7 @@ fn gc_keeps_recent_audit_entries_and_sweeps_old_ones_and_transcripts() {
     let (_, v) = w.json(&["gc", "--audit-days", "0", "--transcript-days", "0", "--json"]);
     assert!(v["transcript_files"].as_u64().unwrap() >= 1, "{v}");
     assert!(!transcript.exists());
-    assert!(audit(&w, &id).is_empty());
+    assert!(w.audit(&id).is_empty());
 }
 
 #[test]
@@ -345,7 +348,7 @@ fn auto_approve_runs_exactly_the_rate_limit_and_audits_the_rest() {
     assert_eq!(code, 0, "{v}");
     let ran: Vec<bool> = files.iter().map(|f| f.exists()).collect();
     assert_eq!(ran, [true, true, false, false]);
-    let rows = audit(&w, v["id"].as_str().unwrap());
+    let rows = w.audit(v["id"].as_str().unwrap());
     let approved = of_type(&rows, "auto_approve_tool_call");
     assert_eq!(approved.len(), 2);
     assert_eq!(approved[1]["rate_limit_state"]["bash_calls_remaining"], 0);
@@ -378,6 +381,7 @@ fn revoke_mid_run_makes_the_next_call_ask() {
             "--auto-approve",
             "--permission-timeout",
             "30s",
+            "--wait-for-approval",
             "--json",
         ])
         .stdout(Stdio::piped())
@@ -398,7 +402,7 @@ fn revoke_mid_run_makes_the_next_call_ask() {
     assert_eq!(out.status.code(), Some(0), "{v}");
     assert!(!second.exists());
     assert!(v["result"].as_str().unwrap().contains("not after a revoke"), "{v}");
-    let rows = audit(&w, &id);
+    let rows = w.audit(&id);
     assert_eq!(of_type(&rows, "auto_approve_tool_call").len(), 1);
     assert_eq!(of_type(&rows, "permission_revoke").len(), 1);
     assert_eq!(of_type(&rows, "permission_request").len(), 1);
@@ -432,7 +436,7 @@ fn a_pre_tool_use_hook_vetoes_and_a_crashing_hook_does_not_stop_the_run() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("WARN SubagentStart hook"), "failing hooks are shown: {stderr}");
     let id = v["id"].as_str().unwrap();
-    let rows = audit(&w, id);
+    let rows = w.audit(id);
     let veto = of_type(&rows, "hook_veto");
     assert_eq!(veto.len(), 1);
     assert!(veto[0]["decided_by"].as_str().unwrap().contains("forbidden by the hook"));
@@ -514,7 +518,7 @@ fn a_granted_tool_is_offered_and_refused_once_its_grant_expires() {
     assert!(offered.contains(&"Write") && offered.contains(&"Bash"), "{offered:?}");
     assert!(early.exists(), "the call under a valid grant did not run");
     assert!(!late.exists(), "a call after the grant expired ran");
-    let rows = audit(&w, v["id"].as_str().unwrap());
+    let rows = w.audit(v["id"].as_str().unwrap());
     let denied: Vec<&Value> = of_type(&rows, "permission_decision")
         .into_iter()
         .filter(|r| r["decision"] == "deny")

@@ -24,12 +24,6 @@ fn world() -> Option<World> {
     Some(w)
 }
 
-fn audit(w: &World, id: &str) -> Vec<Value> {
-    let out = w.run(&["audit", "--subagent", id, "--json"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect()
-}
-
 fn bash(cmd: &str) -> Value {
     json!({"command": cmd, "description": "attack"})
 }
@@ -80,9 +74,12 @@ fn assert_nothing_written(w: &World) {
     assert!(header.starts_with(b"SQLite format 3"), "herd's database was overwritten");
 }
 
-/// Each protected write was asked about (nobody answered) and denied; the harmless one ran.
-fn assert_asked_and_denied(w: &World, v: &Value) {
-    let rows = audit(w, v["id"].as_str().unwrap());
+/// Each protected write was asked about (nobody can answer a script) and denied, which the
+/// run's state says; the harmless one ran.
+fn assert_asked_and_denied(w: &World, code: i32, v: &Value) {
+    assert_eq!((code, &v["state"]), (4, &json!("completed_with_denials")), "{v}");
+    assert_eq!(v["unanswered_denials"], 9, "{v}");
+    let rows = w.audit(v["id"].as_str().unwrap());
     let asked: Vec<&Value> =
         rows.iter().filter(|r| r["event_type"] == "permission_request").collect();
     assert_eq!(asked.len(), 9, "{rows:#?}");
@@ -101,9 +98,8 @@ fn allow_rules_do_not_reach_protected_paths() {
     attacks(&w, "prot_allow");
     let args = ["--allow", "Write", "--allow", "Bash", "--permission-timeout", "1s", "--json"];
     let (code, v) = w.json(&[&["task", "SCENARIO=prot_allow go"][..], &args].concat());
-    assert_eq!(code, 0, "{v}");
     assert_nothing_written(&w);
-    assert_asked_and_denied(&w, &v);
+    assert_asked_and_denied(&w, code, &v);
 }
 
 #[test]
@@ -113,9 +109,8 @@ fn auto_approve_does_not_reach_protected_paths() {
     let args =
         ["--tools", "Bash,Write,Read", "--auto-approve", "--permission-timeout", "1s", "--json"];
     let (code, v) = w.json(&[&["task", "SCENARIO=prot_auto go"][..], &args].concat());
-    assert_eq!(code, 0, "{v}");
     assert_nothing_written(&w);
-    assert_asked_and_denied(&w, &v);
+    assert_asked_and_denied(&w, code, &v);
 }
 
 #[test]
@@ -129,7 +124,7 @@ fn a_person_may_let_an_agent_write_a_protected_path() {
             .text("done: {{last_tool_result}}"),
     );
     let child = w
-        .herd(&["task", "SCENARIO=prot_yes go", "--allow", "Bash", "--json"])
+        .herd(&["task", "SCENARIO=prot_yes go", "--allow", "Bash", "--json", "--wait-for-approval"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

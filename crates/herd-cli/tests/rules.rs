@@ -21,12 +21,6 @@ macro_rules! world_or_skip {
     }};
 }
 
-fn audit(w: &World, id: &str) -> Vec<Value> {
-    let out = w.run(&["audit", "--subagent", id, "--json"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect()
-}
-
 /// A run of `commands` as Bash calls, one after another.
 fn script(scenario: &str, commands: &[&str]) {
     let mut s = Script::new();
@@ -38,7 +32,7 @@ fn script(scenario: &str, commands: &[&str]) {
 
 /// The decisions of a run's Bash calls, in order, and how many were asked about.
 fn decisions(w: &World, v: &Value) -> (Vec<String>, usize) {
-    let rows = audit(w, v["id"].as_str().unwrap());
+    let rows = w.audit(v["id"].as_str().unwrap());
     let decided = rows
         .iter()
         .filter(|r| {
@@ -86,9 +80,12 @@ fn a_deny_rule_holds_against_every_spelling_of_the_command() {
         });
         args.push("--json");
         let (code, v) = w.json(&args);
-        assert_eq!(code, 0, "{v}");
         assert_eq!(std::fs::read_to_string(&victim).unwrap(), "still here", "{mode}: deleted");
-        let (decided, _) = decisions(&w, &v);
+        let (decided, asked) = decisions(&w, &v);
+        // A spelling the rules cannot read goes to a person; nobody can answer a script, so
+        // it is denied at once and the run says so (exit 4).
+        assert_eq!(v["unanswered_denials"], asked, "{v}");
+        assert_eq!(code, if asked > 0 { 4 } else { 0 }, "{v}");
         assert_eq!(decided.len(), commands.len(), "{mode}: {decided:?}");
         let (last, attacks) = decided.split_last().unwrap();
         assert!(attacks.iter().all(|d| d == "deny"), "{mode}: {decided:?}");
@@ -129,7 +126,7 @@ fn an_ask_rule_holds_against_git_global_options_and_quoting() {
         "--json",
     ];
     let (code, v) = w.json(&args);
-    assert_eq!(code, 0, "{v}");
+    assert_eq!((code, &v["state"]), (4, &json!("completed_with_denials")), "{v}");
     let (decided, asked) = decisions(&w, &v);
     assert_eq!(asked, pushes.len(), "every push was asked about: {decided:?}");
     assert!(decided.iter().all(|d| d == "deny"), "{decided:?}");
@@ -156,7 +153,7 @@ fn a_command_pattern_does_not_cover_its_redirections() {
         "--json",
     ];
     let (code, v) = w.json(&args);
-    assert_eq!(code, 0, "{v}");
+    assert_eq!((code, &v["unanswered_denials"]), (4, &json!(3)), "{v}");
     let (decided, asked) = decisions(&w, &v);
     assert_eq!(decided, ["deny", "deny", "deny", "allow"]);
     assert_eq!(asked, 3);
@@ -186,7 +183,7 @@ fn path_rules_follow_symlinks_and_bind_the_whole_editing_family() {
             ["task", prompt.as_str(), "--json"].into_iter().chain(rules.iter().copied()).collect();
         let (code, v) = w.json(&args);
         assert_eq!(code, 0, "{v}");
-        audit(&w, v["id"].as_str().unwrap())
+        w.audit(v["id"].as_str().unwrap())
             .into_iter()
             .filter(|r| r["event_type"] == "permission_decision")
             .map(|r| format!("{} {}", r["decision"].as_str().unwrap(), r["tool"].as_str().unwrap()))

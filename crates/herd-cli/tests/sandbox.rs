@@ -44,10 +44,8 @@ fn tool_output(w: &World, id: &str) -> String {
 
 fn tool_output_in(w: &World, state: &Path, id: &str) -> String {
     let out = w.herd(&["logs", id, "--json"]).env("HERD_STATE_DIR", state).output().unwrap();
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap())
-        .collect::<Vec<_>>()
+    serde_json::from_slice::<Vec<Value>>(&out.stdout)
+        .unwrap()
         .iter()
         .filter(|e| e["kind"] == "tool_result")
         .map(|e| e["content"].as_str().unwrap_or_default().to_owned())
@@ -63,7 +61,7 @@ fn audit(w: &World, state: &Path, id: &str) -> Vec<Value> {
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+    serde_json::from_slice(&out.stdout).unwrap()
 }
 
 /// The run's stored contract (the `spec` column).

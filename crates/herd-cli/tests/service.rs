@@ -285,11 +285,20 @@ async fn bad_requests_are_refused_with_their_code_before_anything_is_recorded() 
     no_program.command.clear();
     let e = svc.spawn(&c, no_program).await.unwrap_err();
     assert_eq!(e.field_name(), Some("command"), "{e}");
+    // A CLI whose binary is missing: refused naming it, its variable and how to install it.
     let mut codex = sh("true");
     codex.cli = Some(BackendKind::Codex);
     codex.command.clear();
+    codex.env = vec![("PATH".into(), dir.path().join("empty").display().to_string())];
     let e = svc.spawn(&c, codex).await.unwrap_err();
-    assert!(e.message.contains("not supported"), "{e}");
+    assert_eq!(e.field_name(), Some("cli"), "{e}");
+    if std::env::var_os("HERD_CODEX_BIN").is_none() {
+        for part in
+            ["`codex` was not found", "HERD_CODEX_BIN", "npm install -g @openai/codex@0.169.0"]
+        {
+            assert!(e.message.contains(part), "{part}: {e}");
+        }
+    }
     c.depth = 1;
     assert_eq!(svc.spawn(&c, sh("true")).await.unwrap_err().code, Code::PermissionDenied);
     c.depth = 0;

@@ -158,6 +158,13 @@ fn a_conflict_fails_the_later_step_keeps_its_branch_and_prune_only_takes_merged_
     assert_eq!(git(&w.work, &["show", &format!("{integ}:base.txt")]), "A\n");
     assert_eq!(git(&w.work, &["show", &format!("{integ}:c.txt")]), "C\n");
     assert_checkout_untouched(&w, &head);
+    // herd show PLAN has each step's merge: into where, and how it went.
+    let shown = String::from_utf8_lossy(&w.run(&["show", run]).stdout).into_owned();
+    let merges = &shown[shown.find("\nmerges:\n").expect(&shown)..];
+    for (s, result) in [("a", "merged ("), ("b", "conflict"), ("c", "merged (")] {
+        let line = format!("herd/{run}/{s} → {integ}: {result}");
+        assert!(merges.contains(&line), "{line} missing:\n{shown}");
+    }
     // The loser's branch and commit are intact.
     let b_branch = format!("herd/{run}/b");
     assert_eq!(git(&w.work, &["show", &format!("{b_branch}:base.txt")]), "B\n");
@@ -184,9 +191,8 @@ fn a_conflict_fails_the_later_step_keeps_its_branch_and_prune_only_takes_merged_
     let (code, dry) = w.json(&["worktrees", "prune", "--dry-run", "--json"]);
     assert_eq!(code, 0, "{dry}");
     assert!(Path::new(&a_path).exists());
-    let verdict = |r: &Value, id: &str| {
-        r["worktrees"].as_array().unwrap().iter().find(|x| x["id"] == id).unwrap().clone()
-    };
+    let verdict =
+        |r: &Value, id: &str| r.as_array().unwrap().iter().find(|x| x["id"] == id).unwrap().clone();
     assert_eq!(verdict(&dry, &a_id)["result"], "would remove");
     let (code, pruned) = w.json(&["worktrees", "prune", "--json"]);
     assert_eq!(code, 0, "{pruned}");
@@ -630,7 +636,9 @@ fn ctrl_c_on_an_isolated_plan_keeps_the_unfinished_work_and_prune_will_not_drop_
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    assert!(wait_until(Duration::from_secs(30), || !procs_with_cmdline("sleep 38.19").is_empty()));
+    // The sleep itself, not the shell around it: then wip.txt is written.
+    let sleeping = || procs_with_cmdline("sleep 38.19").iter().any(|(_, c)| c.starts_with("sleep"));
+    assert!(wait_until(Duration::from_secs(30), sleeping));
     let (code, v) = common::interrupt(child);
     assert_eq!(code, Some(130), "{v}");
     assert_eq!(step(&v, "a")["status"], "cancelled");
@@ -641,7 +649,7 @@ fn ctrl_c_on_an_isolated_plan_keeps_the_unfinished_work_and_prune_will_not_drop_
     let path = Path::new(wts[0]["path"].as_str().unwrap());
     assert_eq!(std::fs::read_to_string(path.join("wip.txt")).unwrap(), "wip\n");
     let (_, pruned) = w.json(&["worktrees", "prune", "--json"]);
-    let r = &pruned["worktrees"][0];
+    let r = &pruned[0];
     assert_eq!(r["result"], "kept", "{pruned}");
     assert!(r["why"].as_str().unwrap().contains("uncommitted changes (wip.txt)"), "{r}");
     assert!(path.join("wip.txt").exists());

@@ -50,6 +50,32 @@ impl FromStr for BackendKind {
     }
 }
 
+/// How to start an Agent Client Protocol agent: `acp: {command: [program, args…]}` in an agent
+/// file or a plan step (`herd task --cli acp -- PROGRAM ARGS…` on the command line).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AcpSpec {
+    /// The agent's program and its arguments (e.g. `[gemini, --acp]`, `[claude-code-acp]`).
+    pub command: Vec<String>,
+}
+
+impl AcpSpec {
+    /// Why this spec cannot start anything, if it cannot.
+    pub fn check(&self) -> Result<(), String> {
+        match self.command.first() {
+            None => {
+                Err("command is empty; give the agent's program: acp: {command: [program, args…]}"
+                    .into())
+            }
+            Some(p) if p.trim().is_empty() => Err("command[0] (the program) is empty".into()),
+            Some(_) if self.command.iter().any(|a| a.contains('\0')) => {
+                Err("command contains a NUL byte".into())
+            }
+            Some(_) => Ok(()),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -61,6 +87,9 @@ mod tests {
             let json = serde_json::to_string(&k).unwrap();
             assert_eq!(json, format!("\"{k}\""));
         }
+        assert!(AcpSpec { command: vec!["gemini".into(), "--acp".into()] }.check().is_ok());
+        assert!(AcpSpec::default().check().unwrap_err().contains("command is empty"));
+        assert!(AcpSpec { command: vec![" ".into()] }.check().is_err());
         let e = "cursor".parse::<BackendKind>().unwrap_err();
         assert!(e.contains("expected one of claude, codex, gemini, acp, command"), "{e}");
     }

@@ -248,8 +248,13 @@ pub enum AgentEvent {
     },
     ToolCall {
         id: String,
+        /// In Claude Code's vocabulary (what rules, hooks and the audit use).
         name: String,
         input: Value,
+        /// The CLI's own name for the tool, where it differs from `name` (gemini
+        /// `run_shell_command`, codex `command_execution`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cli_tool: Option<String>,
     },
     ToolResult {
         tool_use_id: String,

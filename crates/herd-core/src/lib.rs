@@ -10,9 +10,10 @@ pub mod permission;
 pub mod plan;
 pub mod scheduler;
 pub mod status;
+pub mod time;
 pub mod workspace;
 
-pub use backend::BackendKind;
+pub use backend::{AcpSpec, BackendKind};
 pub use event::{
     AgentEvent, Decoded, PermissionDenial, RefChange, RefChangeKind, ResultInfo, ResultKind, Usage,
     truncate_str,

@@ -30,6 +30,8 @@ pub struct StepFields {
     pub agent: Option<String>,
     pub cli: Option<String>,
     pub command: Option<Vec<String>>,
+    /// For `cli: acp`: the agent's program and arguments.
+    pub acp: Option<crate::AcpSpec>,
     pub model: Option<String>,
     pub cwd: Option<String>,
     pub tools: Option<Vec<String>>,
@@ -173,6 +175,7 @@ fn merge(step: &StepFields, d: &StepFields) -> StepFields {
         agent,
         cli,
         command,
+        acp,
         model,
         cwd,
         tools,
@@ -193,9 +196,12 @@ fn merge(step: &StepFields, d: &StepFields) -> StepFields {
         auto_commit,
         labels
     );
-    // A step that picks another cli does not inherit the default command line.
+    // A step that picks another cli does not inherit the default command line (or agent).
     if step.cli.as_deref().is_some_and(|c| c != "command") && step.command.is_none() {
         f.command = None;
+    }
+    if step.cli.as_deref().is_some_and(|c| c != "acp") && step.acp.is_none() {
+        f.acp = None;
     }
     f
 }
@@ -330,6 +336,22 @@ impl PlanFile {
                     at("command"),
                     format!("only for cli: command (this step uses {other})"),
                 ),
+                _ => {}
+            }
+            match (cli, &f.acp) {
+                ("acp", None) => add(
+                    line,
+                    at("acp"),
+                    "cli: acp needs acp: {command: [program, args…]} (here or in its agent)".into(),
+                ),
+                ("acp", Some(a)) => {
+                    if let Err(e) = a.check() {
+                        add(line, at("acp.command"), e);
+                    }
+                }
+                (other, Some(_)) => {
+                    add(line, at("acp"), format!("only for cli: acp (this step uses {other})"))
+                }
                 _ => {}
             }
             if let Some(t) = &f.timeout

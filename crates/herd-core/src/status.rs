@@ -140,6 +140,9 @@ pub enum FailureReason {
     /// The agent moved, made or deleted git refs other than its own branch, or changed a HEAD;
     /// herd put them back (event `ref_escape` has what it did). The refs it touched.
     RefEscape { refs: Vec<String> },
+    /// The agent did not speak its protocol: an ACP agent that never answered `initialize` (or
+    /// `session/new`) in time, or answered with something that is not its answer.
+    ProtocolError { message: String },
 }
 
 impl FailureReason {
@@ -162,6 +165,7 @@ impl FailureReason {
             Self::ResourceExhausted { .. } => "resource_exhausted",
             Self::Workspace { .. } => "workspace",
             Self::RefEscape { .. } => "ref_escape",
+            Self::ProtocolError { .. } => "protocol_error",
         }
     }
 }
@@ -186,6 +190,7 @@ impl fmt::Display for FailureReason {
             Self::ResourceExhausted { message } => write!(f, "RESOURCE_EXHAUSTED: {message}"),
             Self::Workspace { message } => write!(f, "workspace: {message}"),
             Self::RefEscape { refs } => write!(f, "ref_escape({})", refs.join(", ")),
+            Self::ProtocolError { message } => write!(f, "protocol_error: {message}"),
             other => f.write_str(other.code()),
         }
     }
@@ -237,6 +242,9 @@ mod tests {
         let esc = FailureReason::RefEscape { refs: vec!["refs/heads/main".into(), "HEAD".into()] };
         assert_eq!(esc.to_string(), "ref_escape(refs/heads/main, HEAD)");
         assert_eq!(esc.code(), "ref_escape");
+        let proto = FailureReason::ProtocolError { message: "no answer to initialize".into() };
+        assert_eq!(proto.to_string(), "protocol_error: no answer to initialize");
+        assert_eq!(proto.code(), "protocol_error");
     }
 
     proptest! {

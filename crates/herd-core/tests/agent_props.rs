@@ -262,6 +262,7 @@ fn agent_def() -> impl Strategy<Value = AgentDef> {
                     name,
                     description,
                     cli: cli.map(|i| BackendKind::ALL[i]),
+                    acp: None,
                     model,
                     prompt,
                     inputs,

@@ -60,8 +60,8 @@ fn herd(stream: &[u8], round: usize) -> (Duration, usize) {
         .unwrap();
     let writer = Writer::start(&paths).unwrap();
     let handle = writer.handle();
-    let mut decoder =
-        herd_backends::backend(BackendKind::Claude).expect("claude is a backend").decoder();
+    let mut decoder = herd_backends::backend(BackendKind::Claude)
+        .decoder(&Default::default(), std::path::Path::new("/"));
     let mut splitter = LineSplitter::new(8 << 20);
     let mut events = 0usize;
     let start = Instant::now();
@@ -86,8 +86,8 @@ fn herd(stream: &[u8], round: usize) -> (Duration, usize) {
 
 /// The decode stage alone (splitter + decoder + payload serialization), for the breakdown.
 fn decode_only(stream: &[u8]) -> Duration {
-    let mut decoder =
-        herd_backends::backend(BackendKind::Claude).expect("claude is a backend").decoder();
+    let mut decoder = herd_backends::backend(BackendKind::Claude)
+        .decoder(&Default::default(), std::path::Path::new("/"));
     let mut splitter = LineSplitter::new(8 << 20);
     let start = Instant::now();
     let mut n = 0usize;

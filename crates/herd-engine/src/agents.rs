@@ -131,6 +131,8 @@ pub fn discover(project_root: &Path, user_dir: Option<&Path>) -> Catalog {
             match load_file(&path, format) {
                 Err(e) => cat.errors.push(e),
                 Ok(found) => match winners.get(&found.def.name) {
+                    // The file a native definition was imported from is its source, not a rival.
+                    Some(winner) if imported_from(winner, &found.path, project_root) => {}
                     Some(winner) => cat.warnings.push(format!(
                         "agent `{}` in {} is shadowed by {}",
                         found.def.name,
@@ -146,6 +148,40 @@ pub fn discover(project_root: &Path, user_dir: Option<&Path>) -> Catalog {
     }
     cat.agents = winners.into_values().collect();
     cat
+}
+
+/// `winner` is a native definition imported (`herd agents import`) from the file at `path`.
+fn imported_from(winner: &Found, path: &Path, project_root: &Path) -> bool {
+    winner.def.source.as_ref().is_some_and(|s| {
+        let file = Path::new(&s.file);
+        let file = if file.is_absolute() { file.to_path_buf() } else { project_root.join(file) };
+        file == path || same_dir(&file, path)
+    })
+}
+
+/// Why `f` cannot run on this machine, if it cannot: a kind of agent herd does not run, or
+/// its agent CLI (its own `cli`, else claude) is not installed.
+pub fn cannot_run(f: &Found) -> Option<String> {
+    use herd_core::BackendKind;
+    if !f.def.runnable {
+        return Some("a remote agent (kind: remote): herd runs agent CLIs on this machine".into());
+    }
+    let kind = f.def.cli.unwrap_or(BackendKind::Claude);
+    let var = match kind {
+        BackendKind::Claude => "HERD_CLAUDE_BIN",
+        BackendKind::Codex => herd_backends::codex::PROGRAM_OVERRIDE_VAR,
+        BackendKind::Gemini => herd_backends::gemini::PROGRAM_OVERRIDE_VAR,
+        // Their program is given with each run.
+        BackendKind::Acp | BackendKind::Command => return None,
+    };
+    let path = std::env::var("PATH").ok();
+    let found = herd_backends::resolve_program(
+        &kind.to_string(),
+        var,
+        path.as_deref(),
+        std::env::var(var).ok().as_deref(),
+    );
+    found.err().map(|e| format!("{kind} is not installed here ({e})"))
 }
 
 fn same_dir(a: &Path, b: &Path) -> bool {

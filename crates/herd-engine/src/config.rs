@@ -29,6 +29,9 @@ pub struct ProjectConfig {
     pub max_per_parent: Option<u32>,
     /// How long a tool call waits for a person before it is denied, e.g. `2m` [default: 2m].
     pub permission_timeout: Option<String>,
+    /// How long an ACP agent may take to answer `initialize` and open its session before the
+    /// run fails `protocol_error`, e.g. `45s` (1s-10m) [default: 30s].
+    pub handshake_timeout: Option<String>,
     /// How much of a run's output is stored (events, transcript, stderr log), e.g. `64MiB`
     /// [default: 64MiB]; past it output is dropped with an `output_limit` event.
     pub max_stored_output: Option<String>,
@@ -124,26 +127,155 @@ pub fn config_path(root: &Path) -> PathBuf {
     root.join(".herd").join("config.yml")
 }
 
-/// Read `<root>/.herd/config.yml`; a missing or empty file is the default config.
+/// The user's own config, layered under every project's:
+/// `$XDG_CONFIG_HOME/herd/config.yml`, else `$HOME/.config/herd/config.yml`.
+pub fn user_config_path() -> Option<PathBuf> {
+    crate::agents::user_agents_dir().and_then(|a| a.parent().map(|d| d.join("config.yml")))
+}
+
+/// The config of the project at `root`: the user's config (see [`user_config_path`]) with the
+/// project's `.herd/config.yml` over it. A missing or empty file is no layer.
 pub fn load(root: &Path) -> Result<ProjectConfig, ConfigError> {
-    let path = config_path(root);
-    let err = |message: String| ConfigError { file: path.display().to_string(), message };
+    load_layered(user_config_path().as_deref(), root)
+}
+
+/// [`load`] with the user's config file given (`None`: none).
+///
+/// Each file is checked on its own first, so an error names the file it is in. Then each key
+/// the project's file sets overrides the user's (within `mcp:` and `permissions:`, key by
+/// key), except the rule lists (`permissions.allow|deny|ask`) and hooks, which add up: the
+/// user's first.
+pub fn load_layered(user: Option<&Path>, root: &Path) -> Result<ProjectConfig, ConfigError> {
+    let project_path = config_path(root);
     let empty = || ProjectConfig { root: Some(root.to_path_buf()), ..ProjectConfig::default() };
-    let text = match std::fs::read_to_string(&path) {
+    let project = read_layer(&project_path, root)?;
+    let user_path = user.filter(|u| !same_file(u, &project_path));
+    let user_layer = match user_path {
+        Some(u) => read_layer(u, root)?,
+        None => None,
+    };
+    let ((_, under), (keys, over)) = match (user_layer, project) {
+        (None, None) => return Ok(empty()),
+        (None, Some((_, cfg))) | (Some((_, cfg)), None) => return Ok(cfg),
+        (Some(u), Some(p)) => (u, p),
+    };
+    let shown = format!(
+        "{} (over {})",
+        project_path.display(),
+        user_path.map(|u| u.display().to_string()).unwrap_or_default()
+    );
+    let cfg = layer(under, over, &keys);
+    validate(&cfg).map_err(|message| ConfigError { file: shown, message })?;
+    Ok(cfg)
+}
+
+/// `over` (the project's, whose file set the keys in `keys`) laid over `under` (the user's):
+/// each key the project sets wins; the rule lists and hooks add up, the user's first.
+fn layer(under: ProjectConfig, over: ProjectConfig, keys: &serde_json::Value) -> ProjectConfig {
+    let set = |k: &str| keys.get(k).is_some_and(|v| !v.is_null());
+    let sub = |section: &str, k: &str| keys[section].get(k).is_some_and(|v| !v.is_null());
+    let mut hooks = under.hooks;
+    for (event, list) in over.hooks {
+        hooks.entry(event).or_default().extend(list);
+    }
+    let (up, op) = (under.permissions, over.permissions);
+    let (um, om) = (under.mcp, over.mcp);
+    ProjectConfig {
+        default_cli: pick(set("default_cli"), under.default_cli, over.default_cli),
+        max_concurrent: pick(set("max_concurrent"), under.max_concurrent, over.max_concurrent),
+        max_queue: pick(set("max_queue"), under.max_queue, over.max_queue),
+        store: pick(set("store"), under.store, over.store),
+        timeout: pick(set("timeout"), under.timeout, over.timeout),
+        max_turns: pick(set("max_turns"), under.max_turns, over.max_turns),
+        max_per_parent: pick(set("max_per_parent"), under.max_per_parent, over.max_per_parent),
+        max_stored_output: pick(
+            set("max_stored_output"),
+            under.max_stored_output,
+            over.max_stored_output,
+        ),
+        permission_timeout: pick(
+            set("permission_timeout"),
+            under.permission_timeout,
+            over.permission_timeout,
+        ),
+        handshake_timeout: pick(
+            set("handshake_timeout"),
+            under.handshake_timeout,
+            over.handshake_timeout,
+        ),
+        permissions: PermissionsConfig {
+            allow: [up.allow, op.allow].concat(),
+            deny: [up.deny, op.deny].concat(),
+            ask: [up.ask, op.ask].concat(),
+            ask_timeout: if sub("permissions", "ask_timeout") {
+                op.ask_timeout
+            } else {
+                up.ask_timeout
+            },
+        },
+        hooks,
+        mcp: McpConfig {
+            tools: pick(sub("mcp", "tools"), um.tools, om.tools),
+            allow: pick(sub("mcp", "allow"), um.allow, om.allow),
+            deny: pick(sub("mcp", "deny"), um.deny, om.deny),
+            ask: pick(sub("mcp", "ask"), um.ask, om.ask),
+            auto_approve: if sub("mcp", "auto_approve") {
+                om.auto_approve
+            } else {
+                um.auto_approve
+            },
+            roots: pick(sub("mcp", "roots"), um.roots, om.roots),
+        },
+        sandbox: pick(set("sandbox"), under.sandbox, over.sandbox),
+        trust_project_settings: pick(
+            set("trust_project_settings"),
+            under.trust_project_settings,
+            over.trust_project_settings,
+        ),
+        root: over.root,
+    }
+}
+
+/// One config file, checked on its own: its keys as a JSON value (`None` when it is missing or
+/// empty). Errors name the file.
+fn read_layer(
+    path: &Path,
+    root: &Path,
+) -> Result<Option<(serde_json::Value, ProjectConfig)>, ConfigError> {
+    let err = |message: String| ConfigError { file: path.display().to_string(), message };
+    let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(empty()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(err(e.to_string())),
     };
     if text.trim().is_empty() {
-        return Ok(empty());
+        return Ok(None);
     }
     let mut cfg: ProjectConfig = serde_saphyr::from_str(&text).map_err(|e| err(e.to_string()))?;
     cfg.root = Some(root.to_path_buf());
-    // Check everything now, so a bad rule or limit is reported before any run starts.
-    cfg.settings().map_err(err)?;
-    cfg.check_limits().map_err(err)?;
-    cfg.mcp_policy(&McpConfig::default()).map_err(err)?;
-    Ok(cfg)
+    validate(&cfg).map_err(err)?;
+    let value: serde_json::Value = serde_saphyr::from_str(&text).map_err(|e| err(e.to_string()))?;
+    Ok(Some((value, cfg)))
+}
+
+/// Check everything now, so a bad rule or limit is reported before any run starts.
+fn validate(cfg: &ProjectConfig) -> Result<(), String> {
+    cfg.settings()?;
+    cfg.check_limits()?;
+    cfg.mcp_policy(&McpConfig::default())?;
+    Ok(())
+}
+
+/// `o` where the project set it, else `u`.
+fn pick<T>(project_set: bool, u: T, o: T) -> T {
+    if project_set { o } else { u }
+}
+
+fn same_file(a: &Path, b: &Path) -> bool {
+    match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => a == b,
+    }
 }
 
 impl ProjectConfig {
@@ -162,6 +294,7 @@ impl ProjectConfig {
         }
         self.timeout()?;
         self.permission_timeout()?;
+        self.handshake_timeout()?;
         self.max_stored_output()?;
         if self.permission_timeout.is_some() && self.permissions.ask_timeout.is_some() {
             return Err("permission_timeout and permissions.ask_timeout say the same thing: \
@@ -187,6 +320,16 @@ impl ProjectConfig {
         let d = parse_duration(t).map_err(|e| format!("timeout: {e}"))?;
         if d < std::time::Duration::from_secs(1) || d > std::time::Duration::from_secs(120 * 60) {
             return Err(format!("timeout: {t} is out of range (1s to 120m)"));
+        }
+        Ok(Some(d))
+    }
+
+    /// `handshake_timeout`, parsed and checked (1s to 10m).
+    pub fn handshake_timeout(&self) -> Result<Option<std::time::Duration>, String> {
+        let Some(t) = &self.handshake_timeout else { return Ok(None) };
+        let d = parse_duration(t).map_err(|e| format!("handshake_timeout: {e}"))?;
+        if d < std::time::Duration::from_secs(1) || d > std::time::Duration::from_secs(600) {
+            return Err(format!("handshake_timeout: {t} is out of range (1s to 10m)"));
         }
         Ok(Some(d))
     }
@@ -301,8 +444,47 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(dir.path().join(".herd")).unwrap();
         std::fs::write(config_path(dir.path()), text).unwrap();
-        let r = load(dir.path());
+        let r = load_layered(None, dir.path());
         (dir, r)
+    }
+
+    #[test]
+    fn the_users_config_lies_under_the_projects() {
+        let dir = tempfile::tempdir().unwrap();
+        let user = dir.path().join("user.yml");
+        std::fs::write(
+            &user,
+            "max_concurrent: 3\nmax_turns: 7\nmax_stored_output: 2MiB\n\
+             permissions: {deny: ['Bash(rm *)'], allow: [Read]}\n\
+             hooks: {PreToolUse: [{command: ./user-check}]}\n",
+        )
+        .unwrap();
+        let root = dir.path().join("project");
+        std::fs::create_dir_all(root.join(".herd")).unwrap();
+        // Only the user's: it applies.
+        let cfg = load_layered(Some(&user), &root).unwrap();
+        assert_eq!((cfg.max_concurrent, cfg.max_turns), (Some(3), Some(7)));
+        std::fs::write(
+            config_path(&root),
+            "max_concurrent: 4\nsandbox: off\npermissions: {deny: ['Bash(curl *)']}\n\
+             hooks: {PreToolUse: [{command: ./project-check}]}\n",
+        )
+        .unwrap();
+        let cfg = load_layered(Some(&user), &root).unwrap();
+        assert_eq!((cfg.max_concurrent, cfg.max_turns), (Some(4), Some(7)));
+        assert_eq!(cfg.max_stored_output(), Ok(2 << 20));
+        let p = cfg.permissions().unwrap();
+        let rules = |r: &[Rule]| r.iter().map(ToString::to_string).collect::<Vec<_>>();
+        assert_eq!(rules(&p.policy.deny), ["bash(rm *)", "bash(curl *)"]);
+        assert_eq!(rules(&p.policy.allow), ["read"]);
+        let hooks: Vec<&str> = p.hooks.iter().map(|h| h.command.as_str()).collect();
+        assert_eq!(hooks, ["./user-check", "./project-check"]);
+        assert_eq!(p.confine.protect, [root.join(".herd")]);
+        assert_eq!(p.confine.mode, SandboxMode::Off);
+        // An error names the file it is in.
+        std::fs::write(&user, "max_concurent: 3\n").unwrap();
+        let e = load_layered(Some(&user), &root).unwrap_err();
+        assert!(e.file.ends_with("user.yml") && e.to_string().contains("max_concurent"), "{e}");
     }
 
     #[test]
@@ -327,7 +509,7 @@ mod tests {
         assert!(e.unwrap_err().to_string().contains("permisions"));
         let (d, ok) = write("");
         assert!(ok.is_ok());
-        assert!(load(&d.path().join("nowhere")).is_ok());
+        assert!(load_layered(None, &d.path().join("nowhere")).is_ok());
     }
 
     #[test]

@@ -62,6 +62,9 @@ pub struct EngineConfig {
     pub term_grace: std::time::Duration,
     /// How often a running task checks the store for `herd cancel`.
     pub cancel_poll: std::time::Duration,
+    /// How long a CLI with an opening handshake (ACP `initialize`, `session/new`) may take to
+    /// finish it before the run fails `protocol_error`.
+    pub handshake_timeout: std::time::Duration,
 }
 
 impl Default for EngineConfig {
@@ -71,6 +74,7 @@ impl Default for EngineConfig {
             graceful_stop: std::time::Duration::from_millis(1500),
             term_grace: std::time::Duration::from_secs(5),
             cancel_poll: std::time::Duration::from_millis(250),
+            handshake_timeout: std::time::Duration::from_secs(30),
         }
     }
 }

@@ -233,6 +233,8 @@ impl Engine {
         }
 
         let mut running: JoinSet<Done> = JoinSet::new();
+        // What the plan's runs obey: the caller's stop, or a stop asked for through the store.
+        let (own_stop, _) = watch::channel(StopLevel::None);
         let outcome = self
             .drive(
                 plan,
@@ -240,7 +242,7 @@ impl Engine {
                 &opts,
                 bound,
                 &mut running,
-                &mut stop,
+                (&mut stop, &own_stop),
                 updates.as_ref(),
                 iso.as_ref(),
             )
@@ -265,7 +267,7 @@ impl Engine {
         opts: &PlanOptions,
         bound: usize,
         running: &mut JoinSet<Done>,
-        stop: &mut watch::Receiver<StopLevel>,
+        (stop, own_stop): (&mut watch::Receiver<StopLevel>, &watch::Sender<StopLevel>),
         updates: Option<&mpsc::UnboundedSender<PlanUpdate>>,
         iso: Option<&Isolation>,
     ) -> Result<PlanReport, EngineError> {
@@ -326,6 +328,10 @@ impl Engine {
             }
         };
         let mut actions = sched.start();
+        let mut stop_open = true;
+        let poll = self.config().cancel_poll;
+        let mut cancel_poll = tokio::time::interval_at(tokio::time::Instant::now() + poll, poll);
+        cancel_poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             for action in std::mem::take(&mut actions) {
                 match action {
@@ -375,7 +381,7 @@ impl Engine {
                             )
                         });
                         let engine = Arc::clone(self);
-                        let stop = stop.clone();
+                        let stop = own_stop.subscribe();
                         let slots = slots.clone();
                         // Persisting the run is the task's first act (queued, not waited for),
                         // so the loop goes on to the next step at once; the step is shown
@@ -518,7 +524,7 @@ impl Engine {
                         // The whole plan is being stopped (the run saw it first): skip what is
                         // pending before this step's failure could cascade as dependency_failed.
                         let mut a = Vec::new();
-                        if !cancelled && *stop.borrow() != StopLevel::None {
+                        if !cancelled && *own_stop.borrow() != StopLevel::None {
                             cancelled = true;
                             a = sched.stop_starting();
                         }
@@ -541,9 +547,22 @@ impl Engine {
                     }
                     actions.extend(spent);
                 }
-                changed = stop.changed(), if !cancelled => {
-                    if changed.is_err() || *stop.borrow() != StopLevel::None {
+                changed = stop.changed(), if stop_open => {
+                    stop_open = changed.is_ok();
+                    let level = if changed.is_err() { StopLevel::Graceful } else { *stop.borrow() };
+                    if level > *own_stop.borrow() {
+                        own_stop.send_replace(level);
+                    }
+                    if !cancelled && level != StopLevel::None {
                         cancelled = true;
+                        actions = sched.stop_starting();
+                    }
+                }
+                // `herd cancel PLAN` from another process: recorded in the store.
+                _ = cancel_poll.tick(), if !cancelled => {
+                    if self.store().plan_cancel_requested(&plan_id).unwrap_or(false) {
+                        cancelled = true;
+                        own_stop.send_replace(StopLevel::Graceful);
                         actions = sched.stop_starting();
                     }
                 }

@@ -3,6 +3,7 @@
 //! One list: the gate sends a call touching one to a person, the sandbox binds them read-only.
 
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use crate::workspace::refs::Layout;
 
@@ -129,47 +130,88 @@ fn modules(dir: &Path, depth: u32, out: &mut Vec<(PathBuf, bool)>) {
 }
 
 /// One run's protected paths as the gate checks them (canonical; a path is protected when it
-/// is one of them or lies inside one).
-#[derive(Debug, Clone, Default)]
+/// is one of them or lies inside one). Worked out at the first call that writes something: a run
+/// whose agent never does (a command) pays nothing for it.
+#[derive(Debug, Default)]
 pub struct Protected {
-    paths: Vec<PathBuf>,
+    /// What the list is made from (`None`: nothing is protected).
+    from: Option<(OwnedRoots, Option<PathBuf>)>,
+    paths: OnceLock<Vec<PathBuf>>,
+}
+
+/// [`Roots`] kept for later.
+#[derive(Debug, Clone)]
+struct OwnedRoots {
+    cwd: PathBuf,
+    worktree: Option<PathBuf>,
+    git: Option<Layout>,
+    state_dir: PathBuf,
+    protect: Vec<PathBuf>,
+    user_config: Option<PathBuf>,
 }
 
 impl Protected {
     /// The common list, the repository's git dirs as a whole (an agent has no reason to write
     /// into them by hand: git does that) and the files under `home` that [`HOME_NAMES`] lists.
     pub(crate) fn new(r: &Roots<'_>, home: Option<&Path>) -> Self {
-        let mut paths: Vec<PathBuf> = common(r).into_iter().map(|(p, _)| p).collect();
-        if let Some(g) = r.git {
-            paths.extend([g.common.clone(), g.git_dir.clone()]);
-            paths.extend(g.gitfile.clone());
-        } else {
-            paths.push(r.cwd.join(".git"));
-        }
-        if let Some(h) = home {
-            let h = canon(h);
-            paths.extend(HOME_NAMES.iter().map(|n| h.join(n)));
-        }
-        // A protected path reached through a symlink is protected where it leads.
-        let mut resolved: Vec<PathBuf> = paths
-            .iter()
-            .filter_map(|p| crate::gate::canonical(Path::new("/"), p, None).ok())
-            .collect();
-        paths.append(&mut resolved);
-        paths.sort();
-        paths.dedup();
-        Self { paths }
+        let owned = OwnedRoots {
+            cwd: r.cwd.clone(),
+            worktree: r.worktree.clone(),
+            git: r.git.cloned(),
+            state_dir: r.state_dir.clone(),
+            protect: r.protect.to_vec(),
+            user_config: r.user_config.clone(),
+        };
+        Self { from: Some((owned, home.map(Path::to_path_buf))), paths: OnceLock::new() }
+    }
+
+    fn paths(&self) -> &[PathBuf] {
+        self.paths.get_or_init(|| match &self.from {
+            Some((o, home)) => {
+                let r = Roots {
+                    cwd: o.cwd.clone(),
+                    worktree: o.worktree.clone(),
+                    git: o.git.as_ref(),
+                    state_dir: o.state_dir.clone(),
+                    protect: &o.protect,
+                    user_config: o.user_config.clone(),
+                };
+                list(&r, home.as_deref())
+            }
+            None => Vec::new(),
+        })
     }
 
     /// The protected path `path` (canonical) is or lies inside, if any.
     pub fn covering(&self, path: &Path) -> Option<&Path> {
-        self.paths.iter().find(|p| path.starts_with(p)).map(PathBuf::as_path)
+        self.paths().iter().find(|p| path.starts_with(p)).map(PathBuf::as_path)
     }
 
     /// A protected path that lies inside the directory `dir` (canonical) or is it.
     pub fn inside(&self, dir: &Path) -> Option<&Path> {
-        self.paths.iter().find(|p| p.starts_with(dir)).map(PathBuf::as_path)
+        self.paths().iter().find(|p| p.starts_with(dir)).map(PathBuf::as_path)
     }
+}
+
+fn list(r: &Roots<'_>, home: Option<&Path>) -> Vec<PathBuf> {
+    let mut paths: Vec<PathBuf> = common(r).into_iter().map(|(p, _)| p).collect();
+    if let Some(g) = r.git {
+        paths.extend([g.common.clone(), g.git_dir.clone()]);
+        paths.extend(g.gitfile.clone());
+    } else {
+        paths.push(r.cwd.join(".git"));
+    }
+    if let Some(h) = home {
+        let h = canon(h);
+        paths.extend(HOME_NAMES.iter().map(|n| h.join(n)));
+    }
+    // A protected path reached through a symlink is protected where it leads.
+    let mut resolved: Vec<PathBuf> =
+        paths.iter().filter_map(|p| crate::gate::canonical(Path::new("/"), p, None).ok()).collect();
+    paths.append(&mut resolved);
+    paths.sort();
+    paths.dedup();
+    paths
 }
 
 #[cfg(test)]

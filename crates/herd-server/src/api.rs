@@ -203,6 +203,7 @@ impl pb::subagent_service_server::SubagentService for Api {
                     .map_err(status)?
                     .steps
                     .into_iter()
+                    .flatten()
                     .filter_map(|s| s.subagent_id)
                     .collect(),
             ),
@@ -267,6 +268,7 @@ impl pb::subagent_service_server::SubagentService for Api {
             source: PlanSource::Text { name, text },
             max_concurrent: (r.max_concurrent > 0).then_some(r.max_concurrent as usize),
             into: (!r.into.is_empty()).then(|| r.into.clone()),
+            non_interactive: r.non_interactive,
         };
         let started = self.svc.run_plan(&caller, spec).await.map_err(status)?;
         Ok(Response::new(pb::OrchestrationResponse {
@@ -301,8 +303,11 @@ impl pb::subagent_service_server::SubagentService for Api {
         need("orchestration_id", &r.orchestration_id)?;
         let caller = self.caller(r.caller.as_ref(), "")?;
         let max = (r.max_concurrent > 0).then_some(r.max_concurrent as usize);
-        let started =
-            self.svc.resume_plan(&caller, &r.orchestration_id, max).await.map_err(status)?;
+        let started = self
+            .svc
+            .resume_plan(&caller, &r.orchestration_id, max, r.non_interactive)
+            .await
+            .map_err(status)?;
         Ok(Response::new(pb::OrchestrationResponse {
             orchestration_id: started.id,
             name: started.name,

@@ -3,9 +3,9 @@
 
 use herd_core::{AgentEvent, Status as RunStatus, Usage};
 use herd_engine::service::{
-    ApiError, Code, PermissionRequestView, PlanView, RunView, StoredEvent, WorktreeView,
+    ApiError, Code, PermissionRequestView, PlanEventView, PlanView, RunState, RunView, StoredEvent,
+    WorktreeView,
 };
-use herd_store::PlanEvent;
 
 use crate::pb;
 
@@ -127,6 +127,10 @@ pub fn run(r: &RunView) -> pb::SubagentInfo {
         exit_signal: r.exit_signal,
         parent_session_id: r.parent_session_id.clone(),
         transcript: r.transcript.display().to_string(),
+        state: r.state.as_str().to_owned(),
+        plan_id: r.plan_id.clone().unwrap_or_default(),
+        step: r.step.clone().unwrap_or_default(),
+        unanswered_denials: r.unanswered_denials,
     }
 }
 
@@ -140,6 +144,10 @@ pub fn run_view(i: pb::SubagentInfo) -> Result<RunView, ApiError> {
     let num = |n: i64| (n != 0).then_some(n);
     let u = i.usage.unwrap_or_default();
     Ok(RunView {
+        state: RunState::of(status, i.state == "waiting", i.unanswered_denials),
+        plan_id: opt(i.plan_id),
+        step: opt(i.step),
+        unanswered_denials: i.unanswered_denials,
         id: i.id,
         parent_session_id: i.parent_session_id,
         name: i.name,
@@ -182,6 +190,9 @@ pub fn permission_view(p: pb::PermissionRequestInfo) -> PermissionRequestView {
         expires_in_s: (p.expires_at - herd_store::now_ms()).max(0) / 1000,
         id: p.id,
         subagent_id: p.subagent_id,
+        run_name: p.run_name,
+        plan_id: opt(p.plan_id),
+        step: opt(p.step),
         tool: p.tool,
         input_preview: p.input_preview,
         input_sha256: p.input_sha256,
@@ -244,6 +255,9 @@ pub fn permission(p: &PermissionRequestView) -> pb::PermissionRequestInfo {
         always: p.always,
         reason: p.reason.clone().unwrap_or_default(),
         decided_by: p.decided_by.clone().unwrap_or_default(),
+        run_name: p.run_name.clone(),
+        plan_id: p.plan_id.clone().unwrap_or_default(),
+        step: p.step.clone().unwrap_or_default(),
     }
 }
 
@@ -279,6 +293,7 @@ pub fn plan(p: &PlanView) -> pb::OrchestrationInfo {
         steps: p
             .steps
             .iter()
+            .flatten()
             .map(|s| pb::StepInfo {
                 id: s.id.clone(),
                 name: s.name.clone(),
@@ -312,7 +327,7 @@ pub fn event(e: &StoredEvent) -> pb::AgentEvent {
         AgentEvent::Thinking { text: t } => E::Thinking(text(t)),
         AgentEvent::UserText { text: t } => E::UserText(text(t)),
         AgentEvent::Stderr { line } => E::Stderr(text(line)),
-        AgentEvent::ToolCall { id, name, input } => E::ToolCall(pb::ToolCall {
+        AgentEvent::ToolCall { id, name, input, .. } => E::ToolCall(pb::ToolCall {
             id: id.clone(),
             name: name.clone(),
             input_json: input.to_string(),
@@ -381,7 +396,7 @@ pub fn event(e: &StoredEvent) -> pb::AgentEvent {
 }
 
 /// A stored plan event as the wire's `OrchestrationEvent`.
-pub fn plan_event(orch: &str, e: &PlanEvent) -> pb::OrchestrationEvent {
+pub fn plan_event(orch: &str, e: &PlanEventView) -> pb::OrchestrationEvent {
     use pb::orchestration_event::Event as E;
     let payload: serde_json::Value = serde_json::from_str(&e.payload).unwrap_or_default();
     let s = |k: &str| payload[k].as_str().unwrap_or_default().to_owned();

@@ -160,6 +160,7 @@ pub fn task_spec(r: pb::SpawnSubagentRequest) -> Result<TaskSpec, ApiError> {
         None
     };
     Ok(TaskSpec {
+        non_interactive: r.non_interactive,
         prompt: r.prompt,
         name: some(r.name),
         cli: cli("cli", &r.cli)?,
@@ -310,6 +311,7 @@ pub fn spawn_request(
         d.map_or(0, |d| u32::try_from(d.as_secs().max(1)).unwrap_or(u32::MAX))
     };
     Ok(pb::SpawnSubagentRequest {
+        non_interactive: spec.non_interactive,
         parent_session_id: String::new(),
         prompt: spec.prompt,
         model: spec.model.unwrap_or_default(),

@@ -35,6 +35,8 @@ pub struct NewAudit {
 #[derive(Debug, Clone, Serialize)]
 pub struct AuditRow {
     pub id: i64,
+    /// When it was written: ms since the epoch, RFC 3339 text in JSON.
+    #[serde(serialize_with = "herd_core::time::ser_ms")]
     pub ts: i64,
     pub event_type: String,
     pub severity: String,
@@ -85,6 +87,11 @@ pub struct PermissionRequestRow {
     pub always: bool,
     pub reason: Option<String>,
     pub decided_by: Option<String>,
+    /// The name of the run that asks (a plan step's key).
+    pub run_name: String,
+    /// The plan and step the run is, when it is one.
+    pub plan_id: Option<String>,
+    pub step: Option<String>,
 }
 
 /// How `herd approve` / `herd deny` went.
@@ -168,8 +175,10 @@ pub(crate) fn set_auto_approve(c: &Db, id: &str, on: bool) -> Result<()> {
 }
 
 const SELECT_REQUEST: &str =
-    "SELECT id, subagent_id, tool, input_preview, input_sha256, created_at,
-    expires_at, status, always, reason, decided_by FROM permission_requests";
+    "SELECT r.id, r.subagent_id, r.tool, r.input_preview, r.input_sha256, r.created_at,
+    r.expires_at, r.status, r.always, r.reason, r.decided_by, s.name,
+    json_extract(s.spec, '$.plan.id'), json_extract(s.spec, '$.plan.step')
+    FROM permission_requests r LEFT JOIN subagents s ON s.id = r.subagent_id";
 
 fn request_row(r: &Row<'_>) -> Result<PermissionRequestRow> {
     Ok(PermissionRequestRow {
@@ -184,6 +193,9 @@ fn request_row(r: &Row<'_>) -> Result<PermissionRequestRow> {
         always: r.get(8)?,
         reason: r.get(9)?,
         decided_by: r.get(10)?,
+        run_name: r.get::<Option<String>>(11)?.unwrap_or_default(),
+        plan_id: r.get(12)?,
+        step: r.get(13)?,
     })
 }
 
@@ -260,9 +272,19 @@ impl Store {
     pub fn pending_requests(&self, subagent: Option<&str>) -> Result<Vec<PermissionRequestRow>> {
         self.conn.query(
             &format!(
-                "{SELECT_REQUEST} WHERE status = 'pending' AND (CAST(?1 AS TEXT) IS NULL OR subagent_id = ?1)
-                 ORDER BY created_at"
+                "{SELECT_REQUEST} WHERE r.status = 'pending'
+                 AND (CAST(?1 AS TEXT) IS NULL OR r.subagent_id = ?1)
+                 ORDER BY r.created_at"
             ),
+            vals![subagent],
+            request_row,
+        )
+    }
+
+    /// Every permission request of run `subagent`, oldest first.
+    pub fn requests_of(&self, subagent: &str) -> Result<Vec<PermissionRequestRow>> {
+        self.conn.query(
+            &format!("{SELECT_REQUEST} WHERE r.subagent_id = ?1 ORDER BY r.created_at"),
             vals![subagent],
             request_row,
         )
@@ -270,7 +292,7 @@ impl Store {
 
     /// One request by exact id.
     pub fn permission_request(&self, id: &str) -> Result<Option<PermissionRequestRow>> {
-        self.conn.opt(&format!("{SELECT_REQUEST} WHERE id = ?1"), vals![id], request_row)
+        self.conn.opt(&format!("{SELECT_REQUEST} WHERE r.id = ?1"), vals![id], request_row)
     }
 
     /// The one request whose id starts with `prefix` (any status).

@@ -23,10 +23,10 @@ pub use db::{Backend, redact};
 pub use model::{NewSubagent, StoredEvent, SubagentRow, Update};
 pub use plans::{
     ActivePlan, NewOrchestration, NewStep, OrchestrationRow, PlanEvent, PlanTotals, StepChange,
-    StepRow,
+    StepRow, StepTally,
 };
 pub use queue::{Claim, QueuedStep, STEPS_CHANNEL, WorkerRow};
-pub use store::{OrphanCandidate, StatePaths, Store, orphaned_update};
+pub use store::{OrphanCandidate, STATE_GITIGNORE, StatePaths, Store, orphaned_update};
 pub use transcript::{Meta, Transcript};
 pub use worktrees::{IsAlive, IsAliveFn, LockHolder, NewWorktree, WorktreeRow};
 pub use writer::{Created, Pending, Writer, WriterHandle};

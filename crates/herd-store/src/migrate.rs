@@ -206,10 +206,15 @@ CREATE UNIQUE INDEX idx_orch_step_key ON orchestration_steps(orchestration_id, s
 "#,
     // 6: CHECKs and the active-runs index as comparisons, not `IN (…)` lists (tables rebuilt).
     include_str!("migrations/006_check_comparisons.sql"),
-    // 7: plans may be `interrupted` (their herd died with steps unfinished).
-    include_str!("migrations/007_plan_interrupted.sql"),
-    // 8: plans served by workers (leases, fences, labels; the workers).
-    include_str!("migrations/008_queue.sql"),
+    // 7: a plan can be asked to stop from any process (`herd cancel PLAN`): its owner polls
+    // for this, as a run's does for `subagents.cancel_requested_at`.
+    r#"
+ALTER TABLE orchestrations ADD COLUMN cancel_requested_at INTEGER;
+"#,
+    // 8: plans may be `interrupted` (their herd died with steps unfinished).
+    include_str!("migrations/008_plan_interrupted.sql"),
+    // 9: plans served by workers (leases, fences, labels; the workers).
+    include_str!("migrations/009_queue.sql"),
 ];
 
 /// PostgreSQL's own text for the migrations (numbered from 1) whose SQLite text it cannot run
@@ -224,7 +229,7 @@ const POSTGRES_OWN: &[(usize, &str)] = &[
                  OR status = 'waiting_for_merge');",
     ),
     (
-        7,
+        8,
         "ALTER TABLE orchestrations DROP CONSTRAINT orchestrations_status_check;
          ALTER TABLE orchestrations ADD CONSTRAINT orchestrations_status_check
              CHECK (status = 'pending' OR status = 'running' OR status = 'completed'
@@ -279,18 +284,24 @@ pub(crate) fn migrate_pg(db: &Db, shown: &str) -> Result<()> {
 
 /// Migrations (numbered from 1) that rebuild tables. They run with foreign keys off: dropping a
 /// table others refer to would fail otherwise. They are checked before their commit instead.
-const REBUILDS: &[usize] = &[6, 7];
+const REBUILDS: &[usize] = &[6, 8];
 
 /// The schema version this build writes.
 pub(crate) const LATEST: i64 = MIGRATIONS.len() as i64;
 
 /// Bring `conn` up to the latest schema, one transaction per step.
 pub(crate) fn migrate(conn: &mut Connection, path: &str) -> Result<()> {
+    migrate_to(conn, path, LATEST)
+}
+
+/// Bring `conn` up to schema version `target`, one transaction per step.
+fn migrate_to(conn: &mut Connection, path: &str, target: i64) -> Result<()> {
     let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
     if version > LATEST {
         return Err(StoreError::TooNew { path: path.into(), found: version, known: LATEST });
     }
-    for (i, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
+    let todo = (target - version).max(0) as usize;
+    for (i, sql) in MIGRATIONS.iter().enumerate().skip(version as usize).take(todo) {
         let rebuild = REBUILDS.contains(&(i + 1));
         // Set outside the transaction (SQLite ignores it inside), and put back as it was.
         let off = rebuild && conn.query_row("PRAGMA foreign_keys", [], |r| r.get::<_, bool>(0))?;
@@ -422,7 +433,7 @@ mod tests {
         fill(&conn);
         let before: Vec<_> = REBUILT.iter().map(|t| dump(&conn, t)).collect();
         let events_before = dump(&conn, "events");
-        migrate(&mut conn, "test.db").unwrap();
+        migrate_to(&mut conn, "test.db", 6).unwrap();
         let after: Vec<_> = REBUILT.iter().map(|t| dump(&conn, t)).collect();
         for ((t, b), a) in REBUILT.iter().zip(&before).zip(&after) {
             assert!(!b.1.is_empty(), "{t}: the test must fill it");

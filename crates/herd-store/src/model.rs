@@ -57,6 +57,11 @@ pub struct SubagentRow {
     pub completed_at: Option<i64>,
     pub closed_at: Option<i64>,
     pub close_reason: Option<String>,
+    /// One of its tool calls waits for a person now (a pending permission request).
+    pub waiting: bool,
+    /// Its tool calls denied because nobody answered (the permission timeout passed, or nobody
+    /// could be asked).
+    pub unanswered: u32,
 }
 
 impl SubagentRow {
@@ -83,6 +88,8 @@ pub struct Update {
     pub exit_code: Option<i32>,
     pub exit_signal: Option<i32>,
     pub native_session_id: Option<String>,
+    /// The model as the agent's stream names it (it replaces the one asked for).
+    pub model: Option<String>,
     pub result: Option<String>,
     pub result_truncated: Option<bool>,
     pub num_turns: Option<u32>,
@@ -97,6 +104,8 @@ pub struct Update {
 pub struct StoredEvent {
     pub subagent_id: SubagentId,
     pub seq: i64,
+    /// When it was stored: ms since the epoch, RFC 3339 text in JSON.
+    #[serde(serialize_with = "herd_core::time::ser_ms")]
     pub ts: i64,
     pub parent_tool_use_id: Option<String>,
     #[serde(flatten)]

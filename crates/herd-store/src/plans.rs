@@ -3,8 +3,9 @@
 
 use serde::Serialize;
 
-use crate::db::{Db, vals};
-use crate::{Result, Store, now_ms};
+use crate::db::{Db, Row, vals};
+use crate::store::{ROW_COLS, row_at};
+use crate::{Result, Store, SubagentRow, now_ms};
 
 /// A plan run as stored.
 #[derive(Debug, Clone, Serialize)]
@@ -21,6 +22,11 @@ pub struct OrchestrationRow {
     pub output_tokens: u64,
     pub created_at: i64,
     pub completed_at: Option<i64>,
+    pub source_file: Option<String>,
+    /// Someone asked for the plan to stop (`herd cancel PLAN` from any process).
+    pub cancel_requested_at: Option<i64>,
+    pub owner_pid: Option<u32>,
+    pub owner_start_time: Option<u64>,
 }
 
 /// A step as stored.
@@ -33,8 +39,25 @@ pub struct StepRow {
     pub subagent_id: Option<String>,
     pub attempts: u32,
     pub sequence: u32,
-    /// Where its runs work (resolved when the plan was stored).
+    /// The keys of the steps it waits for.
+    pub depends_on: Vec<String>,
     pub working_directory: Option<String>,
+    pub completed_at: Option<i64>,
+}
+
+/// How many of a plan's steps are in each status, and what its runs have cost so far.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct StepTally {
+    pub pending: u32,
+    pub running: u32,
+    pub blocked: u32,
+    pub completed: u32,
+    pub failed: u32,
+    pub cancelled: u32,
+    /// Over each step's latest run.
+    pub cost_usd: f64,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
 }
 
 /// A plan run that has not ended, and the herd process that owns it.
@@ -49,7 +72,8 @@ pub struct ActivePlan {
 #[derive(Debug, Clone, Serialize)]
 pub struct PlanEvent {
     pub seq: i64,
-    /// When it was stored (ms since the epoch).
+    /// When it was stored: ms since the epoch, RFC 3339 text in JSON.
+    #[serde(serialize_with = "herd_core::time::ser_ms")]
     pub ts: i64,
     pub kind: String,
     pub step: Option<String>,
@@ -278,38 +302,136 @@ impl Store {
         })
     }
 
+    /// The plan run with this exact id.
     pub fn orchestration(&self, id: &str) -> Result<Option<OrchestrationRow>> {
         self.conn().opt(
-                "SELECT id, name, strategy, status, total_steps, completed_steps, failed_steps, cost_usd,
-                    input_tokens, output_tokens, created_at, completed_at FROM orchestrations WHERE id = ?1",
-                vals![id],
-                |r| {
-                    Ok(OrchestrationRow {
-                        id: r.get(0)?,
-                        name: r.get(1)?,
-                        strategy: r.get(2)?,
-                        status: r.get(3)?,
-                        total_steps: r.get(4)?,
-                        completed_steps: r.get(5)?,
-                        failed_steps: r.get(6)?,
-                        cost_usd: r.get(7)?,
-                        input_tokens: r.get(8)?,
-                        output_tokens: r.get(9)?,
-                        created_at: r.get(10)?,
-                        completed_at: r.get(11)?,
-                    })
-                },
-            )
+            &format!("SELECT {ORCH_COLS} FROM orchestrations WHERE id = ?1"),
+            vals![id],
+            orch_row,
+        )
     }
 
-    pub fn steps(&self, orch: &str) -> Result<Vec<StepRow>> {
+    /// Plan runs, newest first: only those that have not ended unless `all`.
+    pub fn orchestrations(&self, all: bool, limit: usize) -> Result<Vec<OrchestrationRow>> {
+        let filter = if all { "" } else { " WHERE status = 'pending' OR status = 'running'" };
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         self.conn().query(
-            "SELECT step_key, name, status, failure_reason, subagent_id, attempts, sequence,
-                    working_directory
-             FROM orchestration_steps WHERE orchestration_id = ?1 ORDER BY sequence",
+            &format!("SELECT {ORCH_COLS} FROM orchestrations{filter} ORDER BY id DESC LIMIT ?1"),
+            vals![limit],
+            orch_row,
+        )
+    }
+
+    /// The one plan run whose id starts with `prefix` (`pln_…`, or the part after `pln_`).
+    pub fn resolve_plan(&self, prefix: &str) -> Result<String> {
+        let p = prefix.trim().to_ascii_lowercase();
+        let p = if p.starts_with("pln_") { p } else { format!("pln_{p}") };
+        let tail = &p[4..];
+        if tail.is_empty() || !herd_core::SubagentId::is_prefix_like(tail) {
+            return Err(crate::StoreError::NotFound(prefix.into()));
+        }
+        let sql = format!(
+            "SELECT id FROM orchestrations WHERE {} ORDER BY id LIMIT 6",
+            self.conn().prefix_of("id")
+        );
+        let ids: Vec<String> = self.conn().query(&sql, vals![&p], |r| r.get(0))?;
+        match ids.as_slice() {
+            [] => Err(crate::StoreError::NotFound(prefix.into())),
+            [one] => Ok(one.clone()),
+            many => Err(crate::StoreError::Ambiguous {
+                prefix: prefix.into(),
+                matches: many.join(", "),
+            }),
+        }
+    }
+
+    /// The plan as it was run (its JSON text), for what its steps declare (outputs).
+    pub fn orchestration_plan(&self, id: &str) -> Result<Option<String>> {
+        self.conn().opt("SELECT plan FROM orchestrations WHERE id = ?1", vals![id], |r| r.get(0))
+    }
+
+    /// Ask the herd that runs plan `id` to stop it; false if it had already ended.
+    pub fn request_plan_cancel(&self, id: &str) -> Result<bool> {
+        let n = self.conn().exec(
+            "UPDATE orchestrations SET cancel_requested_at = COALESCE(cancel_requested_at, ?2)
+             WHERE id = ?1 AND (status = 'pending' OR status = 'running')",
+            vals![id, now_ms()],
+        )?;
+        if n > 0 {
+            append_plan_event(
+                self.conn(),
+                id,
+                now_ms(),
+                "plan_cancel_requested",
+                None,
+                &serde_json::json!({}),
+            )?;
+        }
+        Ok(n > 0)
+    }
+
+    /// Whether someone asked for plan `id` to stop.
+    pub fn plan_cancel_requested(&self, id: &str) -> Result<bool> {
+        let v: Option<Option<i64>> = self.conn().opt(
+            "SELECT cancel_requested_at FROM orchestrations WHERE id = ?1",
+            vals![id],
+            |r| r.get(0),
+        )?;
+        Ok(v.flatten().is_some())
+    }
+
+    /// How many of plan `orch`'s steps are in each status, and its runs' cost so far.
+    pub fn step_tally(&self, orch: &str) -> Result<StepTally> {
+        let mut t = StepTally::default();
+        let counts: Vec<(String, u32)> = self.conn().query(
+            "SELECT status, count(*) FROM orchestration_steps WHERE orchestration_id = ?1
+             GROUP BY status",
+            vals![orch],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?;
+        for (status, n) in counts {
+            match status.as_str() {
+                "pending" => t.pending = n,
+                "running" => t.running = n,
+                "blocked" => t.blocked = n,
+                "completed" => t.completed = n,
+                "failed" => t.failed = n,
+                _ => t.cancelled += n,
+            }
+        }
+        let (cost, input, output): (Option<f64>, Option<i64>, Option<i64>) = self.conn().one(
+            "SELECT sum(s.cost_usd), CAST(sum(s.input_tokens) AS BIGINT),
+                    CAST(sum(s.output_tokens) AS BIGINT)
+             FROM orchestration_steps st JOIN subagents s ON s.id = st.subagent_id
+             WHERE st.orchestration_id = ?1",
+            vals![orch],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )?;
+        t.cost_usd = cost.unwrap_or(0.0);
+        t.input_tokens = input.unwrap_or(0) as u64;
+        t.output_tokens = output.unwrap_or(0) as u64;
+        Ok(t)
+    }
+
+    /// A plan's steps in plan order.
+    pub fn steps(&self, orch: &str) -> Result<Vec<StepRow>> {
+        Ok(self.steps_with_runs(orch)?.into_iter().map(|(s, _)| s).collect())
+    }
+
+    /// A plan's steps in plan order, each with its latest run (none before it started).
+    pub fn steps_with_runs(&self, orch: &str) -> Result<Vec<(StepRow, Option<SubagentRow>)>> {
+        self.conn().query(
+            &format!(
+                "SELECT st.step_key, st.name, st.status, st.failure_reason, st.subagent_id,
+                        st.attempts, st.sequence, st.depends_on, st.working_directory,
+                        st.completed_at, {ROW_COLS}
+                 FROM orchestration_steps st LEFT JOIN subagents ON subagents.id = st.subagent_id
+                 WHERE st.orchestration_id = ?1 ORDER BY st.sequence"
+            ),
             vals![orch],
             |r| {
-                Ok(StepRow {
+                let depends: Option<String> = r.get(7)?;
+                let step = StepRow {
                     step_key: r.get(0)?,
                     name: r.get(1)?,
                     status: r.get(2)?,
@@ -317,18 +439,42 @@ impl Store {
                     subagent_id: r.get(4)?,
                     attempts: r.get(5)?,
                     sequence: r.get(6)?,
-                    working_directory: r.get(7)?,
-                })
+                    depends_on: depends
+                        .and_then(|d| serde_json::from_str(&d).ok())
+                        .unwrap_or_default(),
+                    working_directory: r.get(8)?,
+                    completed_at: r.get(9)?,
+                };
+                let run = match r.get::<Option<String>>(STEP_COLS)? {
+                    Some(_) => Some(row_at(r, STEP_COLS)?),
+                    None => None,
+                };
+                Ok((step, run))
             },
         )
     }
 
-    /// The plan as it was run (JSON text of the validated plan) and the file it came from.
-    pub fn orchestration_plan(&self, id: &str) -> Result<Option<(String, Option<String>)>> {
-        self.conn().opt(
-            "SELECT plan, source_file FROM orchestrations WHERE id = ?1",
-            vals![id],
-            |r| Ok((r.get(0)?, r.get(1)?)),
+    /// Plan events after sequence number `after`, at most `limit`, in order.
+    pub fn plan_events_after(
+        &self,
+        orch: &str,
+        after: i64,
+        limit: usize,
+    ) -> Result<Vec<PlanEvent>> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.conn().query(
+            "SELECT seq, ts, kind, step_key, payload FROM plan_events
+             WHERE orchestration_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
+            vals![orch, after, limit],
+            |r| {
+                Ok(PlanEvent {
+                    seq: r.get(0)?,
+                    ts: r.get(1)?,
+                    kind: r.get(2)?,
+                    step: r.get(3)?,
+                    payload: r.get(4)?,
+                })
+            },
         )
     }
 
@@ -368,30 +514,35 @@ impl Store {
     pub fn plan_events(&self, orch: &str) -> Result<Vec<PlanEvent>> {
         self.plan_events_after(orch, 0, usize::MAX)
     }
+}
 
-    /// Plan events with `seq > after`, in order, at most `limit`.
-    pub fn plan_events_after(
-        &self,
-        orch: &str,
-        after: i64,
-        limit: usize,
-    ) -> Result<Vec<PlanEvent>> {
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        self.conn().query(
-            "SELECT seq, ts, kind, step_key, payload FROM plan_events
-             WHERE orchestration_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
-            vals![orch, after, limit],
-            |r| {
-                Ok(PlanEvent {
-                    seq: r.get(0)?,
-                    ts: r.get(1)?,
-                    kind: r.get(2)?,
-                    step: r.get(3)?,
-                    payload: r.get(4)?,
-                })
-            },
-        )
-    }
+/// The columns [`orch_row`] reads.
+const ORCH_COLS: &str = "id, name, strategy, status, total_steps, completed_steps, failed_steps,
+    cost_usd, input_tokens, output_tokens, created_at, completed_at, source_file,
+    cancel_requested_at, owner_pid, owner_start_time";
+
+/// The step columns before a step's run's in [`Store::steps_with_runs`].
+const STEP_COLS: usize = 10;
+
+fn orch_row(r: &Row<'_>) -> Result<OrchestrationRow> {
+    Ok(OrchestrationRow {
+        id: r.get(0)?,
+        name: r.get(1)?,
+        strategy: r.get(2)?,
+        status: r.get(3)?,
+        total_steps: r.get(4)?,
+        completed_steps: r.get(5)?,
+        failed_steps: r.get(6)?,
+        cost_usd: r.get(7)?,
+        input_tokens: r.get(8)?,
+        output_tokens: r.get(9)?,
+        created_at: r.get(10)?,
+        completed_at: r.get(11)?,
+        source_file: r.get(12)?,
+        cancel_requested_at: r.get(13)?,
+        owner_pid: r.get(14)?,
+        owner_start_time: r.get(15)?,
+    })
 }
 
 pub(crate) fn append_plan_event(

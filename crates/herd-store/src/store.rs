@@ -121,9 +121,13 @@ fn open_sqlite(paths: &StatePaths) -> Result<rusqlite::Connection> {
 impl Store {
     /// Open (creating if needed) the store under `paths.root`.
     pub fn open(paths: StatePaths) -> Result<Self> {
+        let created = !paths.root.exists();
         for dir in [paths.root.clone(), paths.transcripts()] {
             std::fs::create_dir_all(&dir)
                 .map_err(|source| StoreError::Io { path: dir.display().to_string(), source })?;
+        }
+        if created {
+            write_gitignore(&paths.root)?;
         }
         let conn = open_conn(&paths)?;
         Ok(Self { paths, conn })
@@ -172,7 +176,7 @@ impl Store {
 
     /// The subagent with this exact id.
     pub fn get(&self, id: &SubagentId) -> Result<Option<SubagentRow>> {
-        self.conn.opt(&format!("{SELECT_ROW} WHERE id = ?1"), vals![id.as_str()], row)
+        self.conn.opt(&format!("{} WHERE id = ?1", select_row()), vals![id.as_str()], row)
     }
 
     /// The one subagent whose id starts with `prefix`.
@@ -197,7 +201,7 @@ impl Store {
     pub fn list(&self, all: bool, limit: usize) -> Result<Vec<SubagentRow>> {
         let filter = if all { String::new() } else { format!(" WHERE {ACTIVE}") };
         self.conn.query(
-            &format!("{SELECT_ROW}{filter} ORDER BY id DESC LIMIT ?1"),
+            &format!("{}{filter} ORDER BY id DESC LIMIT ?1", select_row()),
             vals![limit as i64],
             row,
         )
@@ -228,6 +232,20 @@ impl Store {
                 })
             },
         )
+    }
+
+    /// The tool the agent of run `id` called last (its own calls, not its subagents').
+    pub fn last_tool_call(&self, id: &SubagentId) -> Result<Option<String>> {
+        let payload: Option<String> = self.conn.opt(
+            "SELECT payload FROM events WHERE subagent_id = ?1 AND kind = 'tool_call'
+             AND parent_tool_use_id IS NULL ORDER BY seq DESC LIMIT 1",
+            vals![id.as_str()],
+            |r| r.get(0),
+        )?;
+        Ok(payload.and_then(|p| match serde_json::from_str(&p) {
+            Ok(AgentEvent::ToolCall { name, .. }) => Some(name),
+            _ => None,
+        }))
     }
 
     /// Ask the owner of a run to stop it; returns false if it had already ended.
@@ -281,57 +299,99 @@ impl Store {
     }
 }
 
-const SELECT_ROW: &str =
-    "SELECT id, parent_session_id, name, cli, status, prompt, model, working_directory,
-    max_turns, timeout_ms, spec, result_summary, result_truncated, failure_reason, failure,
-    native_session_id, num_turns, input_tokens, output_tokens, cache_creation_input_tokens,
-    cache_read_input_tokens, cost_usd, owner_pid, owner_start_time, pid, pgid, process_start_time,
-    exit_code, exit_signal, cancel_requested_at, created_at, started_at, completed_at, closed_at,
-    close_reason FROM subagents";
+/// What herd writes into a state dir it creates: nothing of herd's state shows up in `git
+/// status`, and the project files a person keeps there (`config.yml`, `agents/`) still do.
+pub const STATE_GITIGNORE: &str = "\
+# Written by herd when it created this directory: its database, transcripts and logs are
+# not the project's. The config, agent definitions and agent memory a person keeps here are.
+*
+!config.yml
+!agents/
+!agents/**
+!memory/
+!memory/**
+";
+
+fn write_gitignore(root: &Path) -> Result<()> {
+    let path = root.join(".gitignore");
+    std::fs::write(&path, STATE_GITIGNORE)
+        .map_err(|source| StoreError::Io { path: path.display().to_string(), source })
+}
+
+/// The columns of a subagent row as [`row_at`] reads them (qualified: joins read them too),
+/// then whether a call waits for a person and how many were denied for want of an answer.
+pub(crate) const ROW_COLS: &str = "subagents.id, subagents.parent_session_id, subagents.name,
+    subagents.cli, subagents.status, subagents.prompt, subagents.model,
+    subagents.working_directory, subagents.max_turns, subagents.timeout_ms, subagents.spec,
+    subagents.result_summary, subagents.result_truncated, subagents.failure_reason,
+    subagents.failure, subagents.native_session_id, subagents.num_turns, subagents.input_tokens,
+    subagents.output_tokens, subagents.cache_creation_input_tokens,
+    subagents.cache_read_input_tokens, subagents.cost_usd, subagents.owner_pid,
+    subagents.owner_start_time, subagents.pid, subagents.pgid, subagents.process_start_time,
+    subagents.exit_code, subagents.exit_signal, subagents.cancel_requested_at,
+    subagents.created_at, subagents.started_at, subagents.completed_at, subagents.closed_at,
+    subagents.close_reason,
+    EXISTS (SELECT 1 FROM permission_requests p
+            WHERE p.status = 'pending' AND p.subagent_id = subagents.id),
+    (SELECT count(*) FROM permission_requests p
+            WHERE p.status = 'expired' AND p.subagent_id = subagents.id)";
+
+fn select_row() -> &'static str {
+    static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    SQL.get_or_init(|| format!("SELECT {ROW_COLS} FROM subagents"))
+}
 
 fn row(r: &Row<'_>) -> Result<SubagentRow> {
-    let status: String = r.get(4)?;
-    let spec: String = r.get(10)?;
-    let failure: Option<String> = r.get(14)?;
-    let u64_opt = |i: usize| -> Result<Option<u64>> { r.get(i) };
+    row_at(r, 0)
+}
+
+/// The subagent row whose [`ROW_COLS`] start at column `base`.
+pub(crate) fn row_at(r: &Row<'_>, base: usize) -> Result<SubagentRow> {
+    let status: String = r.get(base + 4)?;
+    let spec: String = r.get(base + 10)?;
+    let failure: Option<String> = r.get(base + 14)?;
+    let u64_opt = |i: usize| -> Result<Option<u64>> { r.get(base + i) };
+    let at = |i: usize| base + i;
     Ok(SubagentRow {
-        id: r.get(0)?,
-        parent_session_id: r.get(1)?,
-        name: r.get(2)?,
-        cli: r.get(3)?,
+        id: r.get(at(0))?,
+        parent_session_id: r.get(at(1))?,
+        name: r.get(at(2))?,
+        cli: r.get(at(3))?,
         status: status.parse().unwrap_or(Status::Failed),
-        prompt: r.get(5)?,
-        model: r.get(6)?,
-        working_directory: r.get(7)?,
-        max_turns: r.get(8)?,
+        prompt: r.get(at(5))?,
+        model: r.get(at(6))?,
+        working_directory: r.get(at(7))?,
+        max_turns: r.get(at(8))?,
         timeout_ms: u64_opt(9)?,
         spec: serde_json::from_str(&spec).unwrap_or(serde_json::Value::Null),
-        result: r.get(11)?,
-        result_truncated: r.get(12)?,
-        failure_reason: r.get(13)?,
+        result: r.get(at(11))?,
+        result_truncated: r.get(at(12))?,
+        failure_reason: r.get(at(13))?,
         failure: failure.and_then(|f| serde_json::from_str(&f).ok()),
-        native_session_id: r.get(15)?,
-        num_turns: r.get(16)?,
+        native_session_id: r.get(at(15))?,
+        num_turns: r.get(at(16))?,
         usage: Usage {
-            input_tokens: r.get(17)?,
-            output_tokens: r.get(18)?,
-            cache_creation_input_tokens: r.get(19)?,
-            cache_read_input_tokens: r.get(20)?,
+            input_tokens: r.get(at(17))?,
+            output_tokens: r.get(at(18))?,
+            cache_creation_input_tokens: r.get(at(19))?,
+            cache_read_input_tokens: r.get(at(20))?,
         },
-        cost_usd: r.get(21)?,
-        owner_pid: r.get(22)?,
+        cost_usd: r.get(at(21))?,
+        owner_pid: r.get(at(22))?,
         owner_start_time: u64_opt(23)?,
-        pid: r.get(24)?,
-        pgid: r.get(25)?,
+        pid: r.get(at(24))?,
+        pgid: r.get(at(25))?,
         process_start_time: u64_opt(26)?,
-        exit_code: r.get(27)?,
-        exit_signal: r.get(28)?,
-        cancel_requested_at: r.get(29)?,
-        created_at: r.get(30)?,
-        started_at: r.get(31)?,
-        completed_at: r.get(32)?,
-        closed_at: r.get(33)?,
-        close_reason: r.get(34)?,
+        exit_code: r.get(at(27))?,
+        exit_signal: r.get(at(28))?,
+        cancel_requested_at: r.get(at(29))?,
+        created_at: r.get(at(30))?,
+        started_at: r.get(at(31))?,
+        completed_at: r.get(at(32))?,
+        closed_at: r.get(at(33))?,
+        close_reason: r.get(at(34))?,
+        waiting: r.get(at(35))?,
+        unanswered: r.get(at(36))?,
     })
 }
 
@@ -476,6 +536,9 @@ pub(crate) fn apply_update(
     }
     if let Some(v) = &u.native_session_id {
         set("native_session_id", V::from(v.clone()));
+    }
+    if let Some(v) = &u.model {
+        set("model", V::from(v.clone()));
     }
     if let Some(v) = &u.result {
         set("result_summary", V::from(v.clone()));

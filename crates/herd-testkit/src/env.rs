@@ -46,6 +46,27 @@ pub fn claude_env(mock: &MockServer, home: &Path) -> Vec<(String, String)> {
     ])
 }
 
+/// [`claude_env`] for `claude-code-acp`, after writing `home/.claude.json` as a Claude Code that
+/// has started once leaves it (`firstStartTime`, `userID`, `opusProMigrationComplete`).
+///
+/// The claude that `@zed-industries/claude-code-acp` 0.16.2 bundles (claude-agent-sdk 0.2.44)
+/// saves those keys on its first start and dies when it cannot (its `session/new` then fails
+/// `Query closed before response received`): inside herd's sandbox HOME is read-only and
+/// `~/.claude.json` is rewritten by a file renamed over it, so a person who never ran claude
+/// could not run it there (measured: any of the three keys missing fails it).
+///
+/// # Panics
+/// When the file cannot be written.
+pub fn claude_code_acp_env(mock: &MockServer, home: &Path) -> Vec<(String, String)> {
+    let state = json!({
+        "firstStartTime": "2026-01-01T00:00:00.000Z",
+        "userID": "0000000000000000000000000000000000000000000000000000000000000000",
+        "opusProMigrationComplete": true,
+    });
+    write(&home.join(".claude.json"), &format!("{state:#}\n"));
+    claude_env(mock, home)
+}
+
 /// The model provider id the codex config defines for the mock.
 pub const CODEX_MOCK_PROVIDER: &str = "herd_mock";
 

@@ -18,7 +18,9 @@ pub use bins::{
     skip_real_clis, tools_bin_dir,
 };
 pub use conversation::find_marker;
-pub use env::{CODEX_MOCK_MODEL, CODEX_MOCK_PROVIDER, claude_env, codex_env, gemini_env};
+pub use env::{
+    CODEX_MOCK_MODEL, CODEX_MOCK_PROVIDER, claude_code_acp_env, claude_env, codex_env, gemini_env,
+};
 pub use pg::{PgDb, cluster_dir as pg_cluster_dir, pg_db};
 pub use script::{Reply, Script, Turn};
 pub use server::{Api, MockServer, RecordedRequest};

@@ -24,6 +24,9 @@ pub struct AcpConfig {
     pub mcp_servers: Vec<Value>,
     /// An earlier session to continue (`session/load`, if the agent can load sessions).
     pub resume: Option<String>,
+    /// With `resume`: what to prompt in a new session when the agent cannot load sessions (the
+    /// task with the earlier run's history); without it such a resume fails.
+    pub replay: Option<String>,
     /// A session mode to switch to before prompting (`session/set_mode`), e.g. gemini's
     /// `default` or codex-acp's `read-only`.
     pub mode: Option<String>,
@@ -36,6 +39,7 @@ impl AcpConfig {
             prompt: prompt.into(),
             mcp_servers: Vec::new(),
             resume: None,
+            replay: None,
             mode: None,
         }
     }
@@ -76,6 +80,9 @@ pub struct AcpClient {
     usage: Usage,
     done: bool,
     cancelled: bool,
+    /// `session/load` was sent and `session/prompt` not yet: what the agent streams meanwhile
+    /// is the loaded session's history (gemini streams it after its answer to the load).
+    replaying: bool,
     /// Bytes for stdin not taken yet (the [`Decoder`] face).
     out: Vec<u8>,
 }
@@ -93,8 +100,16 @@ impl AcpClient {
             usage: Usage::default(),
             done: false,
             cancelled: false,
+            replaying: false,
             out: Vec::new(),
         }
+    }
+
+    /// A client whose first bytes (`initialize`) wait in [`Decoder::take_stdin`].
+    pub fn starting(config: AcpConfig) -> Self {
+        let mut client = Self::new(config);
+        client.out = client.start();
+        client
     }
 
     /// The first bytes for stdin: `initialize` (protocol version 1, no file system or terminal
@@ -149,10 +164,7 @@ impl AcpClient {
             Some(Incoming::Notification { method, params }) => {
                 let events = match (method.as_str(), params.get("update")) {
                     // History a `session/load` replays is not this run's work.
-                    ("session/update", Some(_))
-                        if self.sent.values().any(|s| *s == Sent::LoadSession)
-                            && self.session_id.is_none() =>
-                    {
+                    ("session/update", Some(_)) if self.replaying => {
                         vec![AgentEvent::System { subtype: "session/update (replay)".into() }]
                     }
                     ("session/update", Some(update)) => self.updates.update(update, trimmed),
@@ -216,6 +228,10 @@ impl AcpClient {
             }
             Ok(r) => r,
         };
+        if self.cancelled && what != Sent::Prompt {
+            // Stopped before the prompt went out: go no further.
+            return self.finish(step, Err("cancelled before the prompt was sent".into()));
+        }
         match what {
             Sent::Initialize => {
                 self.can_load =
@@ -223,15 +239,27 @@ impl AcpClient {
                 step.events.push(Decoded::top(AgentEvent::System { subtype: "initialize".into() }));
                 let params = json!({"cwd": self.config.cwd, "mcpServers": self.config.mcp_servers});
                 match self.config.resume.clone() {
-                    Some(_) if !self.can_load => self.finish(
-                        step,
-                        Err("the agent cannot load sessions (agentCapabilities.loadSession is \
-                             not true): nothing to resume"
-                            .into()),
-                    ),
+                    Some(_) if !self.can_load => match self.config.replay.take() {
+                        Some(replay) => {
+                            // No native resume: the history goes in the prompt of a new session.
+                            self.config.resume = None;
+                            self.config.prompt = replay;
+                            step.events.push(Decoded::top(AgentEvent::System {
+                                subtype: "session/load unavailable: history replayed".into(),
+                            }));
+                            step.stdin.extend(self.send(Sent::NewSession, "session/new", params));
+                        }
+                        None => self.finish(
+                            step,
+                            Err("the agent cannot load sessions (agentCapabilities.loadSession \
+                                 is not true): nothing to resume"
+                                .into()),
+                        ),
+                    },
                     Some(session) => {
                         let mut p = params;
                         p["sessionId"] = json!(session);
+                        self.replaying = true;
                         step.stdin.extend(self.send(Sent::LoadSession, "session/load", p));
                     }
                     None => step.stdin.extend(self.send(Sent::NewSession, "session/new", params)),
@@ -271,6 +299,7 @@ impl AcpClient {
     }
 
     fn prompt(&mut self) -> Vec<u8> {
+        self.replaying = false;
         let p = json!({
             "sessionId": self.session_id,
             "prompt": [{"type": "text", "text": self.config.prompt}],
@@ -426,6 +455,30 @@ impl Decoder for AcpClient {
 
     fn take_stdin(&mut self) -> Vec<u8> {
         std::mem::take(&mut self.out)
+    }
+
+    fn interrupt(&mut self) -> Vec<u8> {
+        self.cancel()
+    }
+
+    fn answered(&mut self, request_id: &str) -> bool {
+        self.pending.remove(request_id).is_some()
+    }
+
+    fn handshake_pending(&self) -> Option<String> {
+        if self.session_id.is_some() || self.done {
+            return None;
+        }
+        let waiting: Vec<&str> = self
+            .sent
+            .values()
+            .filter(|s| matches!(s, Sent::Initialize | Sent::NewSession | Sent::LoadSession))
+            .map(|s| method_of(*s))
+            .collect();
+        Some(match waiting.as_slice() {
+            [] => "its answer to initialize".to_owned(),
+            [m, ..] => format!("its answer to {m}"),
+        })
     }
 }
 

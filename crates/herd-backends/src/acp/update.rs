@@ -175,7 +175,8 @@ impl Updates {
         }
         self.model_output();
         self.announced.insert(id.clone(), input.clone());
-        Some(AgentEvent::ToolCall { id, name: tool.claude, input })
+        let cli_tool = (tool.native != tool.claude).then_some(tool.native);
+        Some(AgentEvent::ToolCall { id, name: tool.claude, input, cli_tool })
     }
 
     /// The events of one `session/update`'s `update` object.

@@ -295,6 +295,7 @@ fn blocks(
                         id: b.id.get().unwrap_or_default(),
                         name: b.name.get().unwrap_or_default(),
                         input: b.input,
+                        cli_tool: None,
                     },
                     "tool_result" => AgentEvent::ToolResult {
                         tool_use_id: b.tool_use_id.get().unwrap_or_default(),

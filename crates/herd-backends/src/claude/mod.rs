@@ -8,13 +8,36 @@ pub use decode::ClaudeDecoder;
 use herd_core::{AgentEvent, FailureReason, ResultInfo, ResultKind};
 use serde_json::{Value, json};
 
+use std::path::{Path, PathBuf};
+
 use crate::{
-    Backend, BackendError, BackendKind, Decoder, Exit, Invocation, PermissionAnswer,
-    PermissionRequest, RunSpec, ToolName, Verdict,
+    Backend, BackendError, BackendKind, Decoder, Exit, Invocation, Launch, PermissionAnswer,
+    PermissionRequest, PermissionRoute, RunSpec, ToolName, Verdict,
 };
 
 /// The Claude Code version herd was tested with.
 pub const TESTED_VERSION: &str = "2.1.197";
+
+/// The variable that overrides the binary's location.
+pub const PROGRAM_OVERRIDE_VAR: &str = "HERD_CLAUDE_BIN";
+
+/// Prefixes of the variables claude needs passed through (its key and base URL, its own
+/// settings variables).
+pub const ENV_PREFIXES: &[&str] = &["ANTHROPIC_", "CLAUDE_CODE_", "DISABLE_"];
+
+/// What under `~/.claude` configures claude (hooks, permission rules, MCP servers) or holds
+/// code or instructions it runs. The two settings files get an empty placeholder directory when
+/// missing: to claude (measured, 2.1.197) an empty directory is no configuration.
+pub const PROTECTED_STATE: &[(&str, bool)] = &[
+    ("settings.json", true),
+    ("settings.local.json", true),
+    ("CLAUDE.md", false),
+    ("agents", false),
+    ("commands", false),
+    ("skills", false),
+    ("plugins", false),
+    ("hooks", false),
+];
 
 /// Claude Code (`@anthropic-ai/claude-code`).
 #[derive(Debug, Clone, Copy)]
@@ -25,31 +48,55 @@ impl Backend for Claude {
         BackendKind::Claude
     }
 
-    fn program_override_var(&self) -> Option<&'static str> {
-        Some("HERD_CLAUDE_BIN")
+    fn program_override_var(&self, _spec: &RunSpec) -> Option<&'static str> {
+        Some(PROGRAM_OVERRIDE_VAR)
     }
 
-    fn invocation(
+    fn install_command(&self, _spec: &RunSpec) -> Option<String> {
+        crate::pins::install_command("claude")
+    }
+
+    fn program(
         &self,
-        spec: &RunSpec,
+        _spec: &RunSpec,
         path_var: Option<&str>,
         override_bin: Option<&str>,
-    ) -> Result<Invocation, BackendError> {
-        let program = crate::resolve_program("claude", "HERD_CLAUDE_BIN", path_var, override_bin)?;
+    ) -> Result<PathBuf, BackendError> {
+        crate::find_fixed("claude", PROGRAM_OVERRIDE_VAR, path_var, override_bin)
+    }
+
+    fn invocation(&self, spec: &RunSpec, launch: &Launch<'_>) -> Result<Invocation, BackendError> {
+        let program = self.program(spec, launch.var("PATH"), launch.override_bin)?;
         Ok(Invocation { program, args: args(spec) })
     }
 
-    fn env_prefixes(&self) -> &'static [&'static str] {
-        &["ANTHROPIC_", "CLAUDE_CODE_", "DISABLE_"]
+    fn env_prefixes(&self, _spec: &RunSpec) -> &'static [&'static str] {
+        ENV_PREFIXES
     }
 
-    fn home_state(&self) -> &'static [&'static str] {
+    fn home_state(&self, _spec: &RunSpec) -> &'static [&'static str] {
         // Measured on 2.1.197: sessions, transcripts and shell snapshots under ~/.claude, and
         // its credentials' refresh there (a lock directory, a file renamed into place).
         // `~/.claude.json` it rewrites by a temporary file renamed over it, which would need
         // HOME itself writable; without that it goes on (checked) and keeps its changes in
         // memory, so that file (its MCP servers among them) stays read-only.
         &[".claude"]
+    }
+
+    fn protected_state(&self, _spec: &RunSpec) -> &'static [(&'static str, bool)] {
+        PROTECTED_STATE
+    }
+
+    fn enforces_max_turns(&self) -> bool {
+        true
+    }
+
+    fn resumes_natively(&self, _spec: &RunSpec) -> bool {
+        true
+    }
+
+    fn permission_route(&self, _spec: &RunSpec, _confined: bool) -> PermissionRoute {
+        PermissionRoute::Asks("claude's permission bridge (--permission-prompt-tool stdio)")
     }
 
     fn builtin_tools(&self) -> &'static [&'static str] {
@@ -105,7 +152,7 @@ impl Backend for Claude {
         Some(m)
     }
 
-    fn decoder(&self) -> Box<dyn Decoder> {
+    fn decoder(&self, _spec: &RunSpec, _cwd: &Path) -> Box<dyn Decoder> {
         Box::new(ClaudeDecoder::default())
     }
 
@@ -150,9 +197,15 @@ pub fn args(spec: &RunSpec) -> Vec<String> {
     // `ask` rules in the settings layer of the command line outrank allow rules from any other
     // settings file and claude's own read-only shortcuts (measured on 2.1.197: `echo` and Read
     // then ask too).
-    if !spec.ask_first.is_empty() {
-        let names: Vec<String> =
-            spec.ask_first.iter().map(|t| claude_tool_name(t, spec.tools.as_deref())).collect();
+    // Only tools this claude has: a rule for another name is useless to it and makes it warn
+    // on every run (`Permission ask rule "MultiEdit" matches no known tool`).
+    let names: Vec<String> = spec
+        .ask_first
+        .iter()
+        .map(|t| claude_tool_name(t, spec.tools.as_deref()))
+        .filter(|t| knows_tool(t, spec.tools.as_deref()))
+        .collect();
+    if !names.is_empty() {
         opt("--settings", json!({"permissions": {"ask": names}}).to_string());
     }
     if let Some(p) = &spec.append_system_prompt {
@@ -167,14 +220,14 @@ pub fn args(spec: &RunSpec) -> Vec<String> {
     a
 }
 
-/// claude's built-in tools (2.1.197's init line, and the older names still accepted).
+/// claude's built-in tools herd names by default (2.1.197 has each; `Task` is the older name
+/// of `Agent`, still accepted). 2.1.197 has no `MultiEdit`.
 pub const BUILTIN_TOOLS: &[&str] = &[
     "Agent",
     "Bash",
     "Edit",
     "Glob",
     "Grep",
-    "MultiEdit",
     "NotebookEdit",
     "Read",
     "Task",
@@ -183,6 +236,55 @@ pub const BUILTIN_TOOLS: &[&str] = &[
     "WebSearch",
     "Write",
 ];
+
+/// Every tool name claude 2.1.197 takes in a permission rule without a warning (measured:
+/// its init line's tools and the ones its rules also accept; `MultiEdit`, `NotebookRead` and
+/// `LS` are warned about as matching no known tool).
+const KNOWN_TOOLS: &[&str] = &[
+    "Agent",
+    "AskUserQuestion",
+    "Bash",
+    "BashOutput",
+    "CronCreate",
+    "CronDelete",
+    "CronList",
+    "Edit",
+    "EnterPlanMode",
+    "EnterWorktree",
+    "ExitPlanMode",
+    "ExitWorktree",
+    "Glob",
+    "Grep",
+    "KillShell",
+    "ListMcpResourcesTool",
+    "LSP",
+    "NotebookEdit",
+    "Read",
+    "ReportFindings",
+    "ScheduleWakeup",
+    "SendMessage",
+    "Skill",
+    "Task",
+    "TaskCreate",
+    "TaskGet",
+    "TaskList",
+    "TaskOutput",
+    "TaskStop",
+    "TaskUpdate",
+    "TodoWrite",
+    "WebFetch",
+    "WebSearch",
+    "Workflow",
+    "Write",
+];
+
+/// Whether this claude has tool `name` (as claude spells it): a known one, an MCP server's, or
+/// one the run's own `--tools` names.
+fn knows_tool(name: &str, tools: Option<&[String]>) -> bool {
+    KNOWN_TOOLS.contains(&name)
+        || name.starts_with("mcp__")
+        || tools.is_some_and(|t| t.iter().any(|x| x == name))
+}
 
 /// A normalised tool name as claude spells it: a built-in's casing, else the spelling in the
 /// run's `--tools`, else as given (MCP tools are `mcp__server__tool`).
@@ -268,6 +370,7 @@ mod tests {
             max_turns: Some(3),
             append_system_prompt: Some("be brief".into()),
             resume: Some("abc".into()),
+            replay_prompt: None,
             command: vec![],
             ask_first: vec!["bash".into(), "mcp__srv__do".into()],
             trust_project_settings: false,
@@ -283,6 +386,15 @@ mod tests {
         // Nothing to ask about: no settings layer.
         let plain = RunSpec { ask_first: vec![], ..spec.clone() };
         assert!(!args(&plain).contains(&"--settings".to_owned()));
+        // Names this claude has not: left out (it would warn on every run).
+        let unknown = RunSpec {
+            ask_first: vec!["multiedit".into(), "bash".into(), "ls".into()],
+            tools: None,
+            ..spec.clone()
+        };
+        let a = args(&unknown);
+        let at = a.iter().position(|x| x == "--settings").unwrap();
+        assert_eq!(a[at + 1], r#"{"permissions":{"ask":["Bash"]}}"#);
         // A project that trusts its own settings gets them (and its MCP servers) loaded.
         let trusted = RunSpec { trust_project_settings: true, ..spec };
         let a = args(&trusted);
@@ -297,7 +409,7 @@ mod tests {
             r#"{"type":"control_request","request_id":"b8d0165a-4935-4cfe-829c-f031b49b8f12","request":{"subtype":"can_use_tool","tool_name":"Bash","display_name":"Bash","input":{"command":"rm -rf /repo/nonexistent-dir","description":"Delete a dir"},"description":"Delete a dir","permission_suggestions":[],"blocked_path":"/repo/nonexistent-dir","tool_use_id":"toolu_mock_rm_0"}}"#,
             r#"{"type":"control_request","request_id":"867f2255-6ca0-4267-8e84-03250aad3ef7","request":{"subtype":"can_use_tool","tool_name":"Bash","display_name":"Bash","input":{"command":"touch /repo/sub-touched.txt","description":"Sub touch"},"description":"Sub touch","permission_suggestions":[],"blocked_path":"/repo/sub-touched.txt","tool_use_id":"toolu_mock_subtouch_0","agent_id":"a29fd4f515bcc2ae7"}}"#,
         ];
-        let mut decoder = Claude.decoder();
+        let mut decoder = Claude.decoder(&RunSpec::default(), Path::new("/"));
         let mut out = Vec::new();
         for l in lines {
             decoder.decode(l.as_bytes(), &mut out);

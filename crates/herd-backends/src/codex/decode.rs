@@ -302,7 +302,8 @@ fn tool_call(id: &str, ty: &str, item: &Item) -> AgentEvent {
         "web_search" => ("WebSearch".to_owned(), json!({"query": item.query.0})),
         _ => (codex_tool(ty).claude, json!({"items": item.items})),
     };
-    AgentEvent::ToolCall { id: id.to_owned(), name, input }
+    let cli_tool = (name != ty).then(|| ty.to_owned());
+    AgentEvent::ToolCall { id: id.to_owned(), name, input, cli_tool }
 }
 
 /// A completed tool item's result; failed when codex says so or the command exited non-zero.

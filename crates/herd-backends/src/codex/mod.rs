@@ -1,13 +1,17 @@
-//! The Codex backend: `codex exec --json` (protocols.md §2): argv for new and resumed runs, the
-//! verdict, and how to drive it; decoding of its JSONL is in `decode`. Not yet a `BackendKind`.
+//! The Codex backend: `codex exec --json` (protocols.md §2): argv for new and resumed runs, how
+//! herd's rules map onto its sandbox, the verdict; decoding of its JSONL is in `decode`.
 
 mod decode;
 
 pub use decode::CodexDecoder;
 
-use herd_core::{FailureReason, ResultInfo, ResultKind};
+use std::path::{Path, PathBuf};
 
-use crate::{Exit, RunSpec, Verdict};
+use herd_core::{BackendKind, FailureReason, ResultInfo, ResultKind};
+
+use crate::{
+    Backend, BackendError, Decoder, Exit, Invocation, Launch, PermissionRoute, RunSpec, Verdict,
+};
 
 /// The codex version herd was tested with.
 pub const TESTED_VERSION: &str = "0.169.0";
@@ -60,6 +64,141 @@ pub struct CodexOptions {
     /// herd defines a provider `herd` with this `base_url` (Responses API, key from
     /// `OPENAI_API_KEY`) through `-c` overrides.
     pub base_url: Option<String>,
+}
+
+/// The variable naming codex's state directory (default `~/.codex`).
+pub const HOME_VAR: &str = "CODEX_HOME";
+
+/// What in codex's state directory configures it or holds what it runs: its config (model
+/// providers, MCP servers, hooks), global instructions, exec-policy rules, prompts, skills,
+/// plugins. None gets a placeholder: codex refuses a directory where `config.toml` should be.
+pub const PROTECTED_STATE: &[(&str, bool)] = &[
+    ("config.toml", false),
+    ("AGENTS.md", false),
+    ("AGENTS.override.md", false),
+    ("rules", false),
+    ("prompts", false),
+    ("skills", false),
+    ("plugins", false),
+    ("hooks", false),
+    ("hooks.json", false),
+];
+
+/// Codex CLI (`@openai/codex`), through `codex exec --json`.
+#[derive(Debug, Clone, Copy)]
+pub struct Codex;
+
+impl Codex {
+    /// The sandbox codex runs its commands in. Inside herd's own sandbox codex's cannot work
+    /// (its bubblewrap needs to map users in a namespace herd's has no capability for; measured
+    /// on 0.169.0: `bwrap: setting up uid map: Operation not permitted`), so it is off there and
+    /// herd's sandbox does its job: the working directory writable or read-only as the rules
+    /// map ([`Backend::workspace_writable`]). Unconfined, codex's own sandbox applies them.
+    pub fn sandbox(spec: &RunSpec, confined: bool) -> Sandbox {
+        if confined { Sandbox::DangerFullAccess } else { Sandbox::for_spec(spec) }
+    }
+}
+
+impl Backend for Codex {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Codex
+    }
+
+    fn program_override_var(&self, _spec: &RunSpec) -> Option<&'static str> {
+        Some(PROGRAM_OVERRIDE_VAR)
+    }
+
+    fn install_command(&self, _spec: &RunSpec) -> Option<String> {
+        crate::pins::install_command("codex")
+    }
+
+    fn program(
+        &self,
+        _spec: &RunSpec,
+        path_var: Option<&str>,
+        override_bin: Option<&str>,
+    ) -> Result<PathBuf, BackendError> {
+        crate::find_fixed("codex", PROGRAM_OVERRIDE_VAR, path_var, override_bin)
+    }
+
+    fn invocation(&self, spec: &RunSpec, launch: &Launch<'_>) -> Result<Invocation, BackendError> {
+        let program = self.program(spec, launch.var("PATH"), launch.override_bin)?;
+        let opts = CodexOptions {
+            sandbox: Some(Codex::sandbox(spec, launch.confined)),
+            base_url: launch.var("OPENAI_BASE_URL").filter(|u| !u.is_empty()).map(str::to_owned),
+        };
+        Ok(Invocation { program, args: args(spec, &opts) })
+    }
+
+    fn env_prefixes(&self, _spec: &RunSpec) -> &'static [&'static str] {
+        ENV_PREFIXES
+    }
+
+    fn home_state(&self, _spec: &RunSpec) -> &'static [&'static str] {
+        // Measured on 0.169.0: sessions (rollouts), sqlite state and history, shell snapshots,
+        // its credentials, all under CODEX_HOME; nothing else in HOME.
+        &[".codex"]
+    }
+
+    fn state_dir_var(&self, _spec: &RunSpec) -> Option<&'static str> {
+        Some(HOME_VAR)
+    }
+
+    fn protected_state(&self, _spec: &RunSpec) -> &'static [(&'static str, bool)] {
+        PROTECTED_STATE
+    }
+
+    fn workspace_writable(&self, spec: &RunSpec) -> bool {
+        Sandbox::for_spec(spec) == Sandbox::WorkspaceWrite
+    }
+
+    fn resumes_natively(&self, _spec: &RunSpec) -> bool {
+        true
+    }
+
+    fn permission_route(&self, spec: &RunSpec, confined: bool) -> PermissionRoute {
+        let mapped = Sandbox::for_spec(spec);
+        let why = match mapped {
+            Sandbox::WorkspaceWrite => "an allow rule names a tool that writes",
+            _ => "no allow rule names a tool that writes (Bash, Edit, Write)",
+        };
+        let how = if confined {
+            format!(
+                "herd's sandbox keeps the working directory {} (codex's own sandbox cannot run \
+                 inside herd's: --sandbox danger-full-access)",
+                if mapped == Sandbox::WorkspaceWrite { "writable" } else { "read-only" }
+            )
+        } else {
+            format!("codex runs with --sandbox {}", mapped.as_str())
+        };
+        PermissionRoute::Mapped(format!(
+            "codex exec never asks for permission: herd's rules map to its sandbox {} ({why}); \
+             {how}. Deny and ask rules and PreToolUse hooks cannot stop its calls (they are \
+             audited as observed); for a gate use --cli acp -- codex-acp",
+            mapped.as_str()
+        ))
+    }
+
+    fn initial_stdin(&self, spec: &RunSpec) -> Vec<u8> {
+        initial_stdin(spec)
+    }
+
+    fn holds_stdin(&self) -> bool {
+        false
+    }
+
+    fn interrupt_message(&self) -> Option<Vec<u8>> {
+        // SIGINT: the running command is killed with it (SIGTERM would orphan it, §2.4).
+        None
+    }
+
+    fn decoder(&self, _spec: &RunSpec, _cwd: &Path) -> Box<dyn Decoder> {
+        Box::new(CodexDecoder::default())
+    }
+
+    fn verdict(&self, result: Option<&ResultInfo>, exit: Exit) -> Verdict {
+        verdict(result, exit)
+    }
 }
 
 /// A TOML basic string (what `-c key=value` parses its value as).

@@ -145,6 +145,7 @@ impl GeminiDecoder {
                 AgentEvent::ToolCall {
                     id: l.tool_id.get().unwrap_or_default(),
                     input: claude_input(&tool.claude, &l.parameters),
+                    cli_tool: (tool.native != tool.claude).then(|| tool.native.clone()),
                     name: tool.claude,
                 }
             }

@@ -1,14 +1,230 @@
-//! The Gemini backend: `gemini -p … -o stream-json` (protocols.md §3): argv, the settings a run
-//! needs (turn limit), the verdict; decoding is in `decode`. Not yet a `BackendKind`.
+//! The Gemini backend. herd runs `gemini --acp` (protocols.md §3.3), whose permission requests
+//! reach herd's gate; `-p … -o stream-json` (argv, settings, verdict, decoder here) asks nothing.
 
 mod decode;
 
 pub use decode::GeminiDecoder;
 
-use herd_core::{FailureReason, ResultInfo, ResultKind};
+use std::path::{Path, PathBuf};
+
+use herd_core::{AgentEvent, BackendKind, FailureReason, ResultInfo, ResultKind};
 use serde_json::{Value, json};
 
-use crate::{Exit, RunSpec, Verdict};
+use crate::acp::AcpAgent;
+use crate::{
+    Backend, BackendError, Decoder, Exit, Invocation, Launch, PermissionAnswer, PermissionRequest,
+    PermissionRoute, RunFile, RunSpec, Verdict,
+};
+
+/// What in `~/.gemini` configures gemini (settings with hooks, MCP servers and tool policy,
+/// global instructions, commands, extensions, policies, agents, skills, the `.env` it loads).
+/// None gets a placeholder: gemini reads a directory there as a broken settings file.
+pub const PROTECTED_STATE: &[(&str, bool)] = &[
+    ("settings.json", false),
+    ("GEMINI.md", false),
+    (".env", false),
+    ("commands", false),
+    ("extensions", false),
+    ("policies", false),
+    ("agents", false),
+    ("skills", false),
+];
+
+/// Gemini CLI (`@google/gemini-cli`), through `gemini --acp`: the route that carries permission
+/// requests (`-p` removes the tools that would ask). The turn limit is herd's (gemini takes
+/// `model.maxSessionTurns` only from a settings file, and the system settings file it reads
+/// only when the file and every directory above it belong to root: measured in 0.61.0).
+#[derive(Debug, Clone, Copy)]
+pub struct Gemini;
+
+impl Backend for Gemini {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Gemini
+    }
+
+    fn program_override_var(&self, _spec: &RunSpec) -> Option<&'static str> {
+        Some(PROGRAM_OVERRIDE_VAR)
+    }
+
+    fn install_command(&self, _spec: &RunSpec) -> Option<String> {
+        crate::pins::install_command("gemini")
+    }
+
+    fn program(
+        &self,
+        _spec: &RunSpec,
+        path_var: Option<&str>,
+        override_bin: Option<&str>,
+    ) -> Result<PathBuf, BackendError> {
+        crate::find_fixed("gemini", PROGRAM_OVERRIDE_VAR, path_var, override_bin)
+    }
+
+    fn run_files(&self, spec: &RunSpec) -> Vec<RunFile> {
+        policy_file(spec).into_iter().collect()
+    }
+
+    fn invocation(&self, spec: &RunSpec, launch: &Launch<'_>) -> Result<Invocation, BackendError> {
+        let program = self.program(spec, launch.var("PATH"), launch.override_bin)?;
+        let mut args = acp_args(spec);
+        args.extend(policy_args(launch));
+        Ok(Invocation { program, args })
+    }
+
+    fn builtin_tools(&self) -> &'static [&'static str] {
+        BUILTIN_TOOLS
+    }
+
+    fn env_prefixes(&self, _spec: &RunSpec) -> &'static [&'static str] {
+        ENV_PREFIXES
+    }
+
+    fn fixed_env(&self, _spec: &RunSpec) -> &'static [(&'static str, &'static str)] {
+        REQUIRED_ENV
+    }
+
+    fn home_state(&self, _spec: &RunSpec) -> &'static [&'static str] {
+        AcpAgent::Gemini.home_state()
+    }
+
+    fn protected_state(&self, _spec: &RunSpec) -> &'static [(&'static str, bool)] {
+        PROTECTED_STATE
+    }
+
+    fn takes_system_prompt(&self, _spec: &RunSpec) -> bool {
+        false
+    }
+
+    fn resumes_natively(&self, _spec: &RunSpec) -> bool {
+        true
+    }
+
+    fn permission_route(&self, _spec: &RunSpec, _confined: bool) -> PermissionRoute {
+        PermissionRoute::Asks("gemini --acp: ACP session/request_permission")
+    }
+
+    fn initial_stdin(&self, _spec: &RunSpec) -> Vec<u8> {
+        Vec::new()
+    }
+
+    fn holds_stdin(&self) -> bool {
+        true
+    }
+
+    fn interrupt_message(&self) -> Option<Vec<u8>> {
+        None
+    }
+
+    fn permission_request(&self, ev: &AgentEvent) -> Option<PermissionRequest> {
+        crate::acp::permission_request(ev)
+    }
+
+    fn answer_permission(
+        &self,
+        req: &PermissionRequest,
+        answer: &PermissionAnswer,
+    ) -> Option<Vec<u8>> {
+        Some(crate::acp::answer_permission(req, answer))
+    }
+
+    fn decoder(&self, spec: &RunSpec, cwd: &Path) -> Box<dyn Decoder> {
+        crate::acp::run_decoder(Some(AcpAgent::Gemini), spec, cwd)
+    }
+
+    fn verdict(&self, result: Option<&ResultInfo>, exit: Exit) -> Verdict {
+        crate::acp::verdict(result, exit)
+    }
+}
+
+/// gemini's tools in Claude's vocabulary (what a run has when it names none).
+const BUILTIN_TOOLS: &[&str] = &[
+    "Bash",
+    "Write",
+    "Edit",
+    "Read",
+    "Glob",
+    "Grep",
+    "WebSearch",
+    "WebFetch",
+    "TodoWrite",
+    "Agent",
+];
+
+/// The name of the policy file among a run's files.
+pub const POLICY_FILE: &str = "gemini-policy.toml";
+
+/// The gemini natives of the Claude-named tools `names` picks (case-insensitive).
+fn natives(pick: impl Fn(&str) -> bool) -> Vec<&'static str> {
+    crate::tools::GEMINI_TOOLS
+        .iter()
+        .filter(|(claude, _)| pick(&claude.to_ascii_lowercase()))
+        .flat_map(|(_, n)| n.iter().copied())
+        .collect()
+}
+
+/// gemini's Policy Engine rules (`--policy FILE`, measured on 0.61.0) that make it follow the
+/// run: a tool the run does not have (`tools`) is denied, which removes it from gemini's tool
+/// registry (as `--tools` removes a tool from claude), and a tool herd
+/// must hear about on every call (`ask_first`: rules, hooks or limits name it) asks herd
+/// through `session/request_permission` even where gemini would run it unasked (reads).
+/// `None` when neither applies.
+pub fn policy(spec: &RunSpec) -> Option<String> {
+    let lower = |v: &[String]| v.iter().map(|t| t.to_ascii_lowercase()).collect::<Vec<_>>();
+    let denied = match &spec.tools {
+        Some(tools) => {
+            let have = lower(tools);
+            natives(|t| !have.iter().any(|h| h == t))
+        }
+        None => Vec::new(),
+    };
+    let ask = lower(&spec.ask_first);
+    let asked: Vec<&str> = natives(|t| ask.iter().any(|a| a == t))
+        .into_iter()
+        .filter(|n| !denied.contains(n))
+        .collect();
+    if denied.is_empty() && asked.is_empty() {
+        return None;
+    }
+    let list =
+        |names: &[&str]| names.iter().map(|n| format!("{n:?}")).collect::<Vec<_>>().join(", ");
+    let mut out =
+        String::from("# Written by herd for one run: its tools and what gemini asks herd about.\n");
+    if !denied.is_empty() {
+        out.push_str(&format!(
+            "\n[[rule]]\ntoolName = [{}]\ndecision = \"deny\"\npriority = 999\n\
+             denyMessage = \"not one of this run's tools (herd)\"\n",
+            list(&denied)
+        ));
+    }
+    if !asked.is_empty() {
+        out.push_str(&format!(
+            "\n[[rule]]\ntoolName = [{}]\ndecision = \"ask_user\"\npriority = 998\n",
+            list(&asked)
+        ));
+    }
+    Some(out)
+}
+
+/// [`policy`] as the run's file.
+pub(crate) fn policy_file(spec: &RunSpec) -> Option<RunFile> {
+    policy(spec).map(|contents| RunFile { name: POLICY_FILE, contents })
+}
+
+/// `--policy FILE` once the engine wrote it.
+pub(crate) fn policy_args(launch: &Launch<'_>) -> Vec<String> {
+    match launch.file(POLICY_FILE) {
+        Some(p) => vec!["--policy".into(), p.display().to_string()],
+        None => Vec::new(),
+    }
+}
+
+/// The argv of `gemini --acp` (after the program name): `--acp [-m MODEL]`.
+pub fn acp_args(spec: &RunSpec) -> Vec<String> {
+    let mut a = AcpAgent::Gemini.args();
+    if let Some(m) = &spec.model {
+        a.extend(AcpAgent::Gemini.model_args(m).unwrap_or_default());
+    }
+    a
+}
 
 /// The gemini-cli version herd was tested with.
 pub const TESTED_VERSION: &str = "0.61.0";
@@ -127,6 +343,35 @@ pub fn verdict(result: Option<&ResultInfo>, exit: Exit) -> Verdict {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_policy_refuses_missing_tools_and_asks_about_watched_ones() {
+        assert_eq!(policy(&RunSpec::default()), None);
+        let spec = RunSpec {
+            tools: Some(vec!["Bash".into(), "read".into()]),
+            ask_first: vec!["bash".into(), "read".into(), "write".into()],
+            ..RunSpec::default()
+        };
+        let p = policy(&spec).unwrap();
+        let rules: toml::Value = toml::from_str(&p).unwrap();
+        let rules = rules["rule"].as_array().unwrap();
+        let names = |i: usize| -> Vec<&str> {
+            rules[i]["toolName"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect()
+        };
+        assert_eq!(rules[0]["decision"].as_str(), Some("deny"));
+        assert!(names(0).contains(&"write_file") && names(0).contains(&"grep_search"));
+        assert!(!names(0).contains(&"read_file") && !names(0).contains(&"run_shell_command"));
+        assert_eq!(rules[1]["decision"].as_str(), Some("ask_user"));
+        // Write is refused already: asked about are the run's own watched tools.
+        assert_eq!(names(1), ["run_shell_command", "read_file", "read_many_files"]);
+        let launch = Launch {
+            env: &[],
+            override_bin: None,
+            confined: false,
+            files: &[(POLICY_FILE, PathBuf::from("/s/t/x.gemini-policy.toml"))],
+        };
+        assert_eq!(policy_args(&launch), ["--policy", "/s/t/x.gemini-policy.toml"]);
+    }
 
     #[test]
     fn allow_rules_become_allowed_tools() {

@@ -5,7 +5,9 @@ use std::io::Write;
 use std::path::Path;
 
 use herd_core::agent::{AgentDef, Format, Source, to_native_yaml};
-use herd_engine::agents::{Catalog, Found, discover, format_for, load_file, user_agents_dir};
+use herd_engine::agents::{
+    Catalog, Found, cannot_run, discover, format_for, load_file, user_agents_dir,
+};
 use serde_json::json;
 
 use crate::cli::AgentsCommand;
@@ -41,9 +43,11 @@ pub fn run(cmd: AgentsCommand) -> anyhow::Result<u8> {
                     .agents
                     .iter()
                     .map(|f| {
+                        let why = cannot_run(f);
                         json!({"name": f.def.name, "cli": f.def.cli.map(|c| c.to_string()),
                                "description": f.def.description, "source": origin(f),
-                               "path": f.path, "runnable": f.def.runnable})
+                               "path": f.path, "runnable": why.is_none(),
+                               "not_runnable_because": why})
                     })
                     .collect();
                 writeln!(out, "{}", serde_json::Value::Array(v))?;
@@ -55,7 +59,9 @@ pub fn run(cmd: AgentsCommand) -> anyhow::Result<u8> {
             } else {
                 for f in &cat.agents {
                     let cli = f.def.cli.map_or_else(|| "-".into(), |c| c.to_string());
-                    let note = if f.def.runnable { "" } else { " (not runnable)" };
+                    let note = cannot_run(f)
+                        .map(|why| format!(" (cannot run here: {why})"))
+                        .unwrap_or_default();
                     writeln!(
                         out,
                         "{:<24} {:<8} {}{note}\n{:<24} {:<8} {}",

@@ -1,15 +1,18 @@
-//! `herd cancel`: stop a run from any terminal — through a running daemon, else one service
-//! call here (the owning herd is asked through the store; if it does not act, the ladder runs
-//! from here).
+//! `herd cancel`: stop a run or a plan from any terminal — a run through a running daemon, else
+//! one service call here (the owning herd is asked through the store; if it does not act, the
+//! ladder is run from here).
 
 use std::path::Path;
 
-use herd_engine::service::{CancelLevel, JobState, RunView};
+use herd_engine::service::{Caller, CancelLevel, JobState, RunView, Service};
 
+use crate::UsageError;
 use crate::cli::CancelArgs;
 
 pub fn run(state_dir: &Path, a: CancelArgs) -> anyhow::Result<u8> {
-    if let Some(daemon) = super::remote::connect(state_dir)? {
+    if !super::plans::is_plan_id(&a.id)
+        && let Some(daemon) = super::remote::connect(state_dir)?
+    {
         let (before, after) = super::remote::cancel(daemon, &a.id, a.force, a.cleanup_worktree)?;
         let code = report(&before, &JobState::Task(Box::new(after.clone())));
         if a.cleanup_worktree {
@@ -21,6 +24,9 @@ pub fn run(state_dir: &Path, a: CancelArgs) -> anyhow::Result<u8> {
     let svc = super::open_service(state_dir, "cli")?;
     let caller = super::caller(super::person())?;
     let level = if a.force { CancelLevel::Force } else { CancelLevel::Graceful };
+    if super::plans::is_plan_id(&a.id) {
+        return plan(svc, &a, level, &caller);
+    }
     let before = svc.run(&a.id)?;
     let rt = super::runtime()?;
     let state = rt.block_on(svc.cancel(&before.id, level, "herd cancel", &caller))?;
@@ -53,4 +59,35 @@ fn report(before: &RunView, state: &JobState) -> u8 {
             1
         }
     }
+}
+
+/// `herd cancel PLAN`: the plan is asked to stop through the store (its owner stops starting
+/// steps and stops the ones that run), and each running step's run too.
+fn plan(svc: Service, a: &CancelArgs, level: CancelLevel, caller: &Caller) -> anyhow::Result<u8> {
+    if a.cleanup_worktree {
+        return Err(UsageError(
+            "--cleanup-worktree is for one run; give a step's run id (herd show PLAN lists them)"
+                .into(),
+        )
+        .into());
+    }
+    let before = svc.plan(&a.id)?;
+    let rt = super::runtime()?;
+    let state = rt.block_on(svc.cancel(&before.id, level, "herd cancel", caller))?;
+    let code = match &state {
+        s if before.is_terminal() => {
+            println!("{} already ended ({})", s.id(), s.status());
+            0
+        }
+        s if s.is_terminal() => {
+            println!("{} {}", s.id(), s.status());
+            0
+        }
+        s => {
+            eprintln!("herd: {} is still {}; its steps were asked to stop", s.id(), s.status());
+            1
+        }
+    };
+    rt.block_on(svc.shutdown())?;
+    Ok(code)
 }

@@ -13,61 +13,74 @@ use serde_json::json;
 
 use crate::cli::DoctorArgs;
 
-/// An agent CLI herd can drive: its binary, the variable that points at it, the version tested.
+/// An agent CLI herd can drive: its pin (binary, package, tested version, variable), how a run
+/// selects it, whether runs need it.
 struct Known {
-    name: &'static str,
-    var: &'static str,
-    tested: &'static str,
+    pin: &'static herd_backends::pins::Pin,
+    /// `--cli claude`, `--cli acp -- codex-acp`, …
+    run_with: &'static str,
+    /// Its route carries permission requests to herd's gate.
+    asks: bool,
     /// Runs need it (the default CLI); the others are reported but optional.
     required: bool,
 }
 
-const KNOWN: &[Known] = &[
-    Known {
-        name: "claude",
-        var: "HERD_CLAUDE_BIN",
-        tested: herd_backends::claude::TESTED_VERSION,
-        required: true,
-    },
-    Known {
-        name: "codex",
-        var: herd_backends::codex::PROGRAM_OVERRIDE_VAR,
-        tested: herd_backends::codex::TESTED_VERSION,
-        required: false,
-    },
-    Known {
-        name: "gemini",
-        var: herd_backends::gemini::PROGRAM_OVERRIDE_VAR,
-        tested: herd_backends::gemini::TESTED_VERSION,
-        required: false,
-    },
-];
+fn known() -> Vec<Known> {
+    let pin = |b: &str| herd_backends::pins::pin(b).expect("every known CLI has a pin");
+    vec![
+        Known { pin: pin("claude"), run_with: "--cli claude", asks: true, required: true },
+        Known { pin: pin("codex"), run_with: "--cli codex", asks: false, required: false },
+        Known {
+            pin: pin("gemini"),
+            run_with: "--cli gemini (gemini --acp)",
+            asks: true,
+            required: false,
+        },
+        Known {
+            pin: pin("claude-code-acp"),
+            run_with: "--cli acp -- claude-code-acp",
+            asks: true,
+            required: false,
+        },
+        Known {
+            pin: pin("codex-acp"),
+            run_with: "--cli acp -- codex-acp",
+            asks: true,
+            required: false,
+        },
+    ]
+}
 
 struct CliCheck {
-    known: &'static Known,
+    known: Known,
     path: Option<String>,
     version: Option<String>,
     problem: Option<String>,
 }
 
 impl CliCheck {
-    fn of(k: &'static Known) -> Self {
+    fn of(k: Known) -> Self {
         let path = std::env::var("PATH").ok();
+        let (name, var) = (k.pin.binary, k.pin.var);
         let found = herd_backends::resolve_program(
-            k.name,
-            k.var,
+            name,
+            var,
             path.as_deref(),
-            std::env::var(k.var).ok().as_deref(),
+            std::env::var(var).ok().as_deref(),
         );
         match found {
-            Err(e) => Self { known: k, path: None, version: None, problem: Some(e.to_string()) },
+            Err(e) => {
+                let install = herd_backends::pins::install_command(name).unwrap_or_default();
+                let problem = format!("{e}; install: {install}");
+                Self { known: k, path: None, version: None, problem: Some(problem) }
+            }
             Ok(p) => {
-                let version = version_of(&p);
+                let version = package_version(&p, k.pin.package).or_else(|| version_of(&p));
+                let tested = k.pin.version;
                 let problem = match &version {
-                    None => Some(format!("`{} --version` did not answer within 20s", k.name)),
-                    Some(v) if !v.contains(k.tested) => Some(format!(
-                        "version {v} was not tested with herd (tested: {}); stream formats may differ",
-                        k.tested
+                    None => Some(format!("`{name} --version` did not answer within 20s")),
+                    Some(v) if !v.contains(tested) => Some(format!(
+                        "version {v} was not tested with herd (tested: {tested}); stream formats may differ"
                     )),
                     _ => None,
                 };
@@ -80,6 +93,38 @@ impl CliCheck {
     fn fails(&self) -> bool {
         self.path.is_none() && self.known.required
     }
+
+    /// A run of it would start (the binary is there).
+    fn runnable(&self) -> bool {
+        self.path.is_some()
+    }
+}
+
+/// The version in the npm package a binary belongs to (the ACP agents have no `--version`).
+fn package_version(bin: &Path, package: &str) -> Option<String> {
+    let real = bin.canonicalize().ok()?;
+    real.ancestors().skip(1).take(5).find_map(|dir| {
+        let text = std::fs::read_to_string(dir.join("package.json")).ok()?;
+        let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+        (v["name"] == package).then(|| v["version"].as_str().map(str::to_owned)).flatten()
+    })
+}
+
+/// The project's agent definitions that run on an ACP agent, with their program.
+fn acp_definitions() -> Vec<(String, String, bool)> {
+    let Ok(root) = crate::state::project_root() else { return Vec::new() };
+    let cat =
+        herd_engine::agents::discover(&root, herd_engine::agents::user_agents_dir().as_deref());
+    let path = std::env::var("PATH").ok();
+    cat.agents
+        .iter()
+        .filter(|f| f.def.cli == Some(herd_core::BackendKind::Acp))
+        .filter_map(|f| {
+            let program = f.def.acp.as_ref()?.command.first()?.clone();
+            let found = herd_backends::resolve_program(&program, "PATH", path.as_deref(), None);
+            Some((f.def.name.clone(), program, found.is_ok()))
+        })
+        .collect()
 }
 
 /// The sandbox agents get here: the configured mode, and whether bubblewrap works (and why not).
@@ -135,7 +180,8 @@ fn version_of(p: &Path) -> Option<String> {
 }
 
 pub fn run(state_dir: &Path, a: DoctorArgs) -> anyhow::Result<u8> {
-    let clis: Vec<CliCheck> = KNOWN.iter().map(CliCheck::of).collect();
+    let clis: Vec<CliCheck> = known().into_iter().map(CliCheck::of).collect();
+    let acp_agents = acp_definitions();
     let sbx = SandboxCheck::new();
     let opts = ServiceOptions { surface: "doctor".into(), ..Default::default() };
     let opened = Service::open(state_dir, opts);
@@ -148,14 +194,22 @@ pub fn run(state_dir: &Path, a: DoctorArgs) -> anyhow::Result<u8> {
             .iter()
             .map(|c| {
                 json!({
-                    "name": c.known.name, "path": c.path, "version": c.version,
-                    "tested_version": c.known.tested, "required": c.known.required,
-                    "problem": c.problem,
+                    "name": c.known.pin.binary, "path": c.path, "version": c.version,
+                    "tested_version": c.known.pin.version, "required": c.known.required,
+                    "problem": c.problem, "runnable": c.runnable(),
+                    "run_with": c.known.run_with, "asks_permission": c.known.asks,
                 })
+            })
+            .collect();
+        let agents: Vec<_> = acp_agents
+            .iter()
+            .map(|(name, program, found)| {
+                json!({"agent": name, "program": program, "runnable": found})
             })
             .collect();
         let v = json!({
             "clis": clis,
+            "acp_agents": agents,
             "sandbox": {
                 "mode": sbx.mode.as_ref().ok().map(|m| m.as_str()),
                 "available": matches!(sbx.availability, Availability::Bwrap(_)),
@@ -194,10 +248,21 @@ pub fn run(state_dir: &Path, a: DoctorArgs) -> anyhow::Result<u8> {
             (None, _) if c.known.required => "FAIL",
             (None, _) => "--  ",
         };
-        writeln!(out, "[{status}] {}: {what} (tested with {})", c.known.name, c.known.tested)?;
+        let (name, tested) = (c.known.pin.binary, c.known.pin.version);
+        let run =
+            if c.runnable() { format!("; runnable: {}", c.known.run_with) } else { String::new() };
+        writeln!(out, "[{status}] {name}: {what} (tested with {tested}{run})")?;
         if let Some(p) = &c.problem {
             writeln!(out, "       {p}")?;
         }
+    }
+    for (agent, program, found) in &acp_agents {
+        let (status, what) = if *found {
+            ("ok  ", "runnable")
+        } else {
+            ("warn", "not runnable: its program is not on PATH")
+        };
+        writeln!(out, "[{status}] agent {agent}: ACP agent `{program}`, {what}")?;
     }
     writeln!(out, "[ok  ] command: any program on PATH")?;
     let mode = match &sbx.mode {

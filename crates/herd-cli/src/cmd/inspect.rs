@@ -1,147 +1,116 @@
 //! `herd ps`, `herd show`, `herd logs`: what the service says of runs (from any terminal, while
-//! runs go on). Tables for people, `--json` for scripts; `logs --follow` streams to the close.
+//! runs go on). Tables for people, `--json` for scripts (one array; `logs --follow --json`
+//! streams JSON lines to the close). Plans' own views are in `plans`.
 
 use std::io::Write;
 use std::path::Path;
 use std::time::Duration;
 
-use herd_engine::service::{RunFilter, Service, StoredEvent};
+use herd_engine::service::{Service, StoredEvent};
 
 use crate::cli::{LogsArgs, PsArgs, ShowArgs};
-use crate::fmt;
+use crate::{UsageError, fmt, tables};
 
 pub fn ps(state_dir: &Path, a: PsArgs) -> anyhow::Result<u8> {
-    let rows = match super::remote::connect(state_dir)? {
+    // Through a running daemon, its runs as it sees them; plans' unstarted steps are read here.
+    let daemon = super::remote::connect(state_dir)?;
+    let svc = super::open_service(state_dir, "cli")?;
+    let rows = match daemon {
         Some(daemon) => super::remote::ps(daemon, &a)?,
-        None => {
-            let svc = super::open_service(state_dir, "cli")?;
-            svc.runs(RunFilter { all: a.all, limit: a.limit })?
-        }
+        None => svc.runs(a.rows.into())?,
     };
     let mut out = std::io::stdout().lock();
     if a.json {
         writeln!(out, "{}", serde_json::to_string(&rows)?)?;
         return Ok(0);
     }
-    if rows.is_empty() {
-        let hint = if a.all { "" } else { " (--all shows finished ones)" };
+    // Steps that have no run (not started, or never will): of the plans listed.
+    let plans = svc.plans(a.rows.into())?;
+    let mut unstarted = Vec::new();
+    for p in &plans {
+        if p.pending_steps == 0 && !a.rows.all {
+            continue;
+        }
+        let full = svc.plan(&p.id)?;
+        for s in full.steps.into_iter().flatten().filter(|s| s.subagent_id.is_none()) {
+            unstarted.push((p.id.clone(), s));
+        }
+    }
+    let limit = a.rows.limit;
+    let room = if limit == 0 { usize::MAX } else { limit.saturating_sub(rows.len()) };
+    unstarted.truncate(room);
+    if rows.is_empty() && unstarted.is_empty() {
+        let hint = if a.rows.all { "" } else { " (--all shows finished ones)" };
         writeln!(out, "no subagents{hint}")?;
         return Ok(0);
     }
-    writeln!(
-        out,
-        "{:<12}  {:<17}  {:<7}  {:<19}  {:>8}  {:>5}  {:>7}  {:>8}  PROMPT",
-        "ID", "STATUS", "CLI", "CREATED", "DURATION", "TURNS", "TOKENS", "COST"
-    )?;
-    for r in rows {
-        let status = match (&r.status, &r.failure) {
-            (herd_core::Status::Failed, Some(f)) => format!("failed({})", f.code()),
-            (s, _) => s.to_string(),
-        };
-        writeln!(
-            out,
-            "{:<12}  {:<17}  {:<7}  {:<19}  {:>8}  {:>5}  {:>7}  {:>8}  {}",
-            &r.id[..12],
-            status,
-            r.cli,
-            fmt::time(r.created_at),
-            r.duration_ms.map_or_else(|| "-".into(), fmt::duration_ms),
-            r.num_turns.map_or_else(|| "-".into(), |n| n.to_string()),
-            fmt::count(r.usage.input_tokens + r.usage.output_tokens),
-            fmt::cost(r.cost_usd),
-            fmt::oneline(&r.prompt, 50)
-        )?;
-    }
+    write!(out, "{}", tables::ps(&rows, &unstarted))?;
     Ok(0)
 }
 
 pub fn show(state_dir: &Path, a: ShowArgs) -> anyhow::Result<u8> {
     let svc = super::open_service(state_dir, "cli")?;
+    if super::plans::is_plan_id(&a.id) {
+        return super::plans::show(&svc, &a.id, a.json);
+    }
     let r = svc.run(&a.id)?;
     let mut out = std::io::stdout().lock();
     if a.json {
         writeln!(out, "{}", serde_json::to_string(&r)?)?;
         return Ok(0);
     }
-    let worktree = r.worktree.clone();
-    let opt = |v: Option<String>| v.unwrap_or_else(|| "-".into());
-    let worktree_line = worktree.map_or_else(
-        || "-".into(),
-        |w| {
-            let into = w.integration_branch.map(|b| format!(" → {b}")).unwrap_or_default();
-            format!("{} ({}{into}, {})", w.path, w.branch, w.status)
-        },
-    );
-    let lines = [
-        ("id", r.id.clone()),
-        ("status", r.status.to_string()),
-        ("reason", opt(r.failure_reason.clone())),
-        ("cli", r.cli.clone()),
-        ("model", opt(r.model.clone())),
-        ("cwd", r.cwd.clone()),
-        ("worktree", worktree_line),
-        ("native session", opt(r.native_session_id.clone())),
-        ("created", fmt::time(r.created_at)),
-        ("duration", r.duration_ms.map_or_else(|| "-".into(), fmt::duration_ms)),
-        ("turns", opt(r.num_turns.map(|n| n.to_string()))),
-        (
-            "tokens",
-            format!(
-                "{} in, {} out, {} cache read, {} cache write",
-                r.usage.input_tokens,
-                r.usage.output_tokens,
-                r.usage.cache_read_input_tokens,
-                r.usage.cache_creation_input_tokens
-            ),
-        ),
-        ("cost", fmt::cost(r.cost_usd)),
-        ("pid", opt(r.pid.map(|p| p.to_string()))),
-        (
-            "exit",
-            opt(r
-                .exit_code
-                .map(|c| c.to_string())
-                .or(r.exit_signal.map(|s| format!("signal {s}")))),
-        ),
-        ("transcript", r.transcript.display().to_string()),
-        ("prompt", fmt::oneline(&r.prompt, 200)),
-    ];
-    for (k, v) in lines {
-        writeln!(out, "{k:>15}: {v}")?;
-    }
-    if let Some(res) = &r.result {
-        let note = if r.result_truncated { " (truncated)" } else { "" };
-        writeln!(out, "\nresult{note}:\n{res}")?;
-    }
+    write!(out, "{}", tables::run(&r))?;
     Ok(0)
 }
 
 pub fn logs(state_dir: &Path, a: LogsArgs) -> anyhow::Result<u8> {
     if a.follow
         && !a.raw
+        && !super::plans::is_plan_id(&a.id)
         && let Some(daemon) = super::remote::connect(state_dir)?
     {
         return super::remote::logs_follow(daemon, &a);
     }
     let svc = super::open_service(state_dir, "cli")?;
+    if super::plans::is_plan_id(&a.id) {
+        if a.raw {
+            return Err(UsageError(
+                "--raw is a run's stream; a plan has none (give a run id)".into(),
+            )
+            .into());
+        }
+        return super::plans::logs(&svc, &a.id, a.follow, a.json);
+    }
     let run = svc.run(&a.id)?;
     if a.raw {
         return raw(&svc, &run.id, a.follow);
     }
     if !a.follow {
         let mut after = 0;
+        let mut all = Vec::new();
         loop {
             let batch = svc.events(&run.id, after, 1000)?;
             let mut out = std::io::stdout().lock();
             for e in &batch {
-                print_event(&mut out, e, a.json)?;
+                if !a.json {
+                    print_event(&mut out, e, false)?;
+                }
                 after = e.seq;
             }
             out.flush()?;
-            if batch.len() < 1000 {
-                return Ok(0);
+            let full = batch.len() == 1000;
+            if a.json {
+                all.extend(batch);
+            }
+            if !full {
+                break;
             }
         }
+        if a.json {
+            let mut out = std::io::stdout().lock();
+            writeln!(out, "{}", serde_json::to_string(&all)?)?;
+        }
+        return Ok(0);
     }
     // Followed to its close: stored events, then new ones as they are stored.
     let rt = super::runtime()?;

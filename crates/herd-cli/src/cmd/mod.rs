@@ -9,6 +9,7 @@ mod inspect;
 mod mcp;
 mod permissions;
 mod plan;
+mod plans;
 mod remote;
 mod serve;
 mod signals;
@@ -25,6 +26,9 @@ use crate::cli::{Cli, Command};
 use crate::state;
 
 pub fn dispatch(cli: Cli) -> anyhow::Result<u8> {
+    if let Command::Completions { shell } = cli.command {
+        return Ok(completions(shell));
+    }
     let state_dir = state::resolve(cli.state_dir.as_deref())?;
     if let Some(s) = &cli.store {
         let b = herd_engine::service::StoreBackend::parse(s)
@@ -35,6 +39,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Task(args) => task::run(&state_dir, *args),
         Command::Run(args) => plan::run(&state_dir, args),
         Command::Ps(args) => inspect::ps(&state_dir, args),
+        Command::Plans(args) => plans::list(&state_dir, args),
         Command::Show(args) => inspect::show(&state_dir, args),
         Command::Logs(args) => inspect::logs(&state_dir, args),
         Command::Cancel(args) => cancel::run(&state_dir, args),
@@ -51,7 +56,16 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Attach(args) => remote::attach(&state_dir, args),
         Command::Worker(args) => worker::work(&state_dir, args),
         Command::Workers(args) => worker::list(&state_dir, args),
+        Command::Completions { .. } => unreachable!("answered before the state dir is resolved"),
     }
+}
+
+/// `herd completions SHELL`: the script on stdout.
+pub fn completions(shell: clap_complete::Shell) -> u8 {
+    use clap::CommandFactory;
+    let mut cmd = Cli::command();
+    clap_complete::generate(shell, &mut cmd, "herd", &mut std::io::stdout());
+    crate::exit::COMPLETED
 }
 
 /// `--store` / `HERD_STORE_URL`, when given: it overrides the config's `store:`.

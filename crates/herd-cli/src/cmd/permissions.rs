@@ -46,22 +46,7 @@ fn list_pending(rows: Vec<PermissionRequestView>, json_out: bool) -> anyhow::Res
         writeln!(out, "{}", serde_json::to_string(&rows)?)?;
         return Ok(0);
     }
-    if rows.is_empty() {
-        writeln!(out, "no tool call is waiting for a person")?;
-        return Ok(0);
-    }
-    for r in rows {
-        writeln!(
-            out,
-            "{}  {}  {}: {}  ({}s left)",
-            r.id,
-            &r.subagent_id[..r.subagent_id.len().min(12)],
-            r.tool,
-            fmt::oneline(&r.input_preview, 100),
-            r.expires_in_s
-        )?;
-    }
-    writeln!(out, "answer with: herd approve ID [--always] | herd deny ID [--reason TEXT]")?;
+    write!(out, "{}", crate::tables::pending(&rows))?;
     Ok(0)
 }
 
@@ -79,11 +64,11 @@ pub fn audit(state_dir: &Path, a: AuditArgs) -> anyhow::Result<u8> {
     let since_ms = a.since.as_deref().map(parse_since).transpose()?;
     let rows = svc.audit(&AuditQuery { run: a.subagent, since_ms, limit: a.limit })?;
     let mut out = std::io::stdout().lock();
+    if a.json {
+        writeln!(out, "{}", serde_json::to_string(&rows)?)?;
+        return Ok(0);
+    }
     for r in rows {
-        if a.json {
-            writeln!(out, "{}", serde_json::to_string(&r)?)?;
-            continue;
-        }
         let who = r.subagent_id.as_deref().map_or("-", |s| &s[..s.len().min(12)]);
         let mut line = format!("{}  {:<5} {:<22} {who}", fmt::time(r.ts), r.severity, r.event_type);
         if let Some(t) = &r.tool {

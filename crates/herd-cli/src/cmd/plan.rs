@@ -2,19 +2,24 @@
 //! starts it; a live block of running steps on a terminal, plain lines when piped, a table or
 //! JSON at the end.
 
+use std::collections::{HashMap, HashSet};
 use std::io::{IsTerminal, Write};
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use anyhow::Context;
 use herd_engine::service::{
-    Caller, PlanOutline, PlanReport, PlanSource, PlanSpec, PlanUpdate, Service, ServiceOptions,
+    Caller, PlanOutline, PlanSource, PlanSpec, PlanView, Service, ServiceOptions,
 };
 use serde_json::json;
-use tokio::sync::mpsc;
+use tokio::sync::watch;
 
+use super::ask::{Prompt, Scope};
+use super::signals::Stopping;
 use crate::cli::RunArgs;
-use crate::{exit, fmt};
+use crate::{board, exit};
 
 pub fn run(state_dir: &Path, a: RunArgs) -> anyhow::Result<u8> {
     if !a.dry_run
@@ -35,6 +40,7 @@ pub fn run(state_dir: &Path, a: RunArgs) -> anyhow::Result<u8> {
         source: PlanSource::File(a.plan.clone().unwrap_or_default()),
         max_concurrent: a.max_concurrent.map(|n| n as usize),
         into: a.into.clone(),
+        non_interactive: a.asking.nobody_answers(a.json),
     };
     let mut opts = ServiceOptions::for_project(&crate::state::project_root()?, "cli")?;
     // A person's own plan: the flag, else the project's config, bounds it; without either
@@ -99,192 +105,203 @@ async fn run_async(
     resume: Option<String>,
     json_out: bool,
 ) -> anyhow::Result<u8> {
+    let interactive = !spec.non_interactive;
     let started = match resume {
-        Some(id) => svc.resume_plan(caller, &id, spec.max_concurrent).await?,
+        Some(id) => svc.resume_plan(caller, &id, spec.max_concurrent, !interactive).await?,
         None => svc.run_plan(caller, spec).await?,
     };
+    // What the plan does is read from the record (the same counts and order every reader
+    // sees), not from the in-process updates.
+    drop(started.updates);
+    let live = std::io::stderr().is_terminal();
+    let stopping: Stopping = Arc::default();
     let signals = tokio::spawn(super::signals::cancel_on_signal(
         svc.clone(),
         started.id.clone(),
         caller.clone(),
+        live.then(|| stopping.clone()),
     ));
-    let live = std::io::stderr().is_terminal();
-    let display = tokio::spawn(show(started.updates, live));
+    let paused = Arc::new(AtomicBool::new(false));
+    let prompt = Arc::new(Prompt::default());
+    // A person at this terminal answers the steps' calls, one at a time, at a prompt the
+    // display shows under the steps.
+    let asker = (live && interactive && std::io::stdin().is_terminal()).then(|| {
+        let scope = Scope::Plan(started.id.clone());
+        super::ask::spawn(svc, scope, caller.clone(), paused.clone(), Some(prompt.clone()))
+    });
+    let (done_tx, done) = watch::channel(false);
+    let display = tokio::spawn(show(
+        svc.clone(),
+        started.id.clone(),
+        Display { live, announce_waits: asker.is_none(), paused, stopping, prompt },
+        done,
+    ));
     let report = svc.plan_report(&started.id).await;
+    done_tx.send_replace(true);
     let _ = display.await;
     signals.abort();
+    if let Some(a) = asker {
+        a.abort();
+    }
     let report = report?;
     for w in &report.warnings {
         eprintln!("herd: {w}");
     }
-    print(&report, json_out)?;
+    let view = svc.plan(&report.id)?;
+    print(&view, json_out)?;
+    let denials = view.steps.iter().flatten().any(|s| s.unanswered_denials > 0);
     Ok(match report.status.as_str() {
+        "completed" if denials => exit::DENIED,
         "completed" => exit::COMPLETED,
         "cancelled" => exit::CANCELLED,
         _ => exit::FAILED,
     })
 }
 
-/// Progress: a redrawn block on a terminal, one line per change when piped.
-async fn show(mut rx: mpsc::UnboundedReceiver<PlanUpdate>, live: bool) {
-    let mut running: Vec<(String, Instant)> = Vec::new();
-    let mut counts = String::new();
-    let mut drawn = 0usize;
-    let mut tick = tokio::time::interval(Duration::from_millis(200));
-    // Written out once the updates queued so far are handled, not line by line: a plan of short
-    // steps sends thousands, and each write wakes whoever reads a piped stderr.
+/// How the plan is shown.
+struct Display {
+    /// On a terminal: a redrawn block under the announcements.
+    live: bool,
+    /// Say which calls wait for a person (nobody is prompted here).
+    announce_waits: bool,
+    /// A prompt is on the screen: leave it alone.
+    paused: Arc<AtomicBool>,
+    stopping: Stopping,
+    /// The question to the person, drawn under the steps.
+    prompt: Arc<Prompt>,
+}
+
+/// How often the record is read for what the plan did.
+const FRAME: Duration = Duration::from_millis(200);
+
+/// Progress: each transition announced once, in the order it was stored, with its run; on a
+/// terminal a block of the active steps under them, redrawn. Ends once `done` and drained.
+async fn show(svc: Service, id: String, d: Display, mut done: watch::Receiver<bool>) {
     let mut err = std::io::BufWriter::new(std::io::stderr());
-    loop {
-        let update = tokio::select! {
-            u = rx.recv() => match u { Some(u) => Some(u), None => break },
-            _ = tick.tick(), if live => None,
-        };
-        match update {
-            Some(PlanUpdate::Started { step, subagent, attempt }) => {
-                if !live {
-                    let again =
-                        if attempt > 1 { format!(" (attempt {attempt})") } else { String::new() };
-                    let _ = writeln!(err, "herd: {step} started{again} as {subagent}");
-                }
-                running.retain(|(s, _)| *s != step);
-                running.push((step, Instant::now()));
+    let mut after = 0i64;
+    let mut drawn = 0usize;
+    let mut told = HashSet::new();
+    let mut tick = tokio::time::interval(FRAME);
+    for frame in 0usize.. {
+        let finished = *done.borrow();
+        if !finished {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = done.changed() => {}
             }
-            Some(PlanUpdate::Finished { step, status, reason }) => {
-                running.retain(|(s, _)| *s != step);
-                let why = reason.map(|r| format!(": {r}")).unwrap_or_default();
-                if live {
-                    let _ = write!(err, "\x1b[{drawn}A\x1b[J");
-                    drawn = 0;
-                }
-                let _ = writeln!(err, "herd: {step} {status}{why}");
-            }
-            Some(PlanUpdate::Counts { running: r, queued, done, failed, total }) => {
-                counts =
-                    format!("{done}/{total} done, {failed} failed, {r} running, {queued} queued");
-            }
-            None => {}
         }
-        if !rx.is_empty() {
+        let finished = finished || *done.borrow();
+        if d.live && d.paused.load(Ordering::SeqCst) && !finished {
             continue;
         }
-        if live {
-            let mut block = String::new();
-            for (s, t) in &running {
-                block.push_str(&format!("  ⠿ {s} · {:.1}s\n", t.elapsed().as_secs_f64()));
+        // Read before the events: a step that completed after this read had its calls'
+        // fates recorded before it completed.
+        let plan = svc.plan(&id).ok();
+        let steps = plan.as_ref().and_then(|p| p.steps.as_deref()).unwrap_or_default();
+        let mut lines = Vec::new();
+        while let Ok(batch) = svc.plan_events(&id, after, 500) {
+            for e in &batch {
+                after = e.seq;
+                lines.extend(board::announce(e, steps));
             }
-            block.push_str(&format!("  {counts}\n"));
-            let up = if drawn > 0 { format!("\x1b[{drawn}A") } else { String::new() };
-            let _ = write!(err, "{up}\x1b[J{block}");
-            drawn = running.len() + 1;
+            if batch.len() < 500 {
+                break;
+            }
+        }
+        if d.announce_waits {
+            for r in Scope::Plan(id.clone()).pending(&svc) {
+                if told.insert(r.id.clone()) {
+                    lines.push(super::ask::notice(&r));
+                }
+            }
+        }
+        if d.live {
+            // Back to the block's first line: the lines it took, and each line the person
+            // typed at the prompt (the terminal echoed them).
+            let up = drawn + d.prompt.typed.swap(0, Ordering::SeqCst);
+            if up > 0 {
+                let _ = write!(err, "\r\x1b[{up}A");
+            }
+            let _ = write!(err, "\r\x1b[J");
+            drawn = 0;
+        }
+        for l in &lines {
+            let _ = writeln!(err, "{l}");
+        }
+        if d.live
+            && !finished
+            && let Some(plan) = &plan
+        {
+            let tools = current_tools(&svc, plan);
+            let stopping = d.stopping.load(Ordering::SeqCst);
+            let block = board::live(
+                &board::Live { plan, tools: &tools, stopping, tick: frame },
+                terminal_width(),
+            );
+            for l in &block {
+                let _ = writeln!(err, "{l}");
+            }
+            drawn = block.len();
+            if let Some(q) = d.prompt.question() {
+                let ask = q.lines(terminal_width());
+                // The cursor stays on the last line, after the question.
+                drawn += ask.len() - 1;
+                let _ = write!(err, "{}", ask.join("\n"));
+            }
         }
         let _ = err.flush();
-    }
-    if live && drawn > 0 {
-        let _ = write!(err, "\x1b[{drawn}A\x1b[J");
-    }
-    let _ = err.flush();
-}
-
-/// `herd run --json`: keys in alphabetical order, as scripts have seen them so far.
-#[derive(serde::Serialize)]
-struct JsonReport<'a> {
-    cost_usd: f64,
-    id: &'a str,
-    integration_branch: Option<&'a str>,
-    status: &'a str,
-    steps: Vec<JsonStep<'a>>,
-    usage: JsonUsage,
-}
-
-#[derive(serde::Serialize)]
-struct JsonStep<'a> {
-    attempts: u32,
-    cost_usd: Option<f64>,
-    duration_ms: Option<u64>,
-    failure_reason: Option<&'a str>,
-    id: &'a str,
-    outputs: &'a [std::path::PathBuf],
-    status: &'a str,
-    subagent_id: Option<&'a str>,
-    usage: JsonUsage,
-}
-
-#[derive(serde::Serialize)]
-struct JsonUsage {
-    input_tokens: u64,
-    output_tokens: u64,
-}
-
-impl<'a> JsonReport<'a> {
-    fn of(r: &'a PlanReport) -> Self {
-        let usage = |u: &herd_core::Usage| JsonUsage {
-            input_tokens: u.input_tokens,
-            output_tokens: u.output_tokens,
-        };
-        Self {
-            cost_usd: r.cost_usd,
-            id: &r.id,
-            integration_branch: r.integration_branch.as_deref(),
-            status: &r.status,
-            steps: r
-                .steps
-                .iter()
-                .map(|s| JsonStep {
-                    attempts: s.attempts,
-                    cost_usd: s.cost_usd,
-                    duration_ms: s.duration_ms,
-                    failure_reason: s.failure_reason.as_deref(),
-                    id: &s.id,
-                    outputs: &s.outputs,
-                    status: &s.status,
-                    subagent_id: s.subagent_id.as_deref(),
-                    usage: usage(&s.usage),
-                })
-                .collect(),
-            usage: usage(&r.usage),
+        if finished {
+            break;
         }
     }
 }
 
-fn print(r: &PlanReport, json_out: bool) -> anyhow::Result<()> {
+/// The tool each running step's agent called last, by step.
+fn current_tools(svc: &Service, plan: &PlanView) -> HashMap<String, String> {
+    plan.steps
+        .iter()
+        .flatten()
+        .filter(|s| matches!(s.state.as_str(), "running" | "waiting"))
+        .take(16)
+        .filter_map(|s| {
+            let run = s.subagent_id.as_deref()?;
+            Some((s.id.clone(), svc.current_tool(run).ok()??))
+        })
+        .collect()
+}
+
+/// The width of the terminal on stderr (80 when it cannot be read).
+pub(crate) fn terminal_width() -> usize {
+    rustix::termios::tcgetwinsize(std::io::stderr())
+        .ok()
+        .map(|w| usize::from(w.ws_col))
+        .filter(|w| *w >= 20)
+        .unwrap_or(80)
+}
+
+/// The plan as it ended: its view as JSON (`herd show PLAN --json`'s shape), or the table of
+/// its steps, what they produced, and a summary line.
+fn print(p: &PlanView, json_out: bool) -> anyhow::Result<()> {
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     if json_out {
-        serde_json::to_writer(&mut out, &JsonReport::of(r))?;
+        serde_json::to_writer(&mut out, p)?;
         writeln!(out)?;
         out.flush()?;
         return Ok(());
     }
-    writeln!(
-        out,
-        "{:<20}  {:<10}  {:>8}  {:>7}  {:>8}  REASON",
-        "STEP", "STATUS", "DURATION", "TOKENS", "COST"
-    )?;
-    for s in &r.steps {
-        writeln!(
-            out,
-            "{:<20}  {:<10}  {:>8}  {:>7}  {:>8}  {}",
-            fmt::oneline(&s.id, 20),
-            s.status,
-            s.duration_ms.map_or_else(|| "-".into(), |d| fmt::duration_ms(d as i64)),
-            fmt::count(s.usage.input_tokens + s.usage.output_tokens),
-            fmt::cost(s.cost_usd),
-            s.failure_reason.as_deref().unwrap_or("")
-        )?;
-    }
-    let done = r.steps.iter().filter(|s| s.status == "completed").count();
-    show_outputs(&mut out, r)?;
-    if let Some(b) = &r.integration_branch {
+    let width = if std::io::stdout().is_terminal() {
+        rustix::termios::tcgetwinsize(std::io::stdout())
+            .ok()
+            .map_or(80, |w| usize::from(w.ws_col).max(20))
+    } else {
+        80
+    };
+    write!(out, "{}", board::table(p, width, false))?;
+    show_outputs(&mut out, p)?;
+    if let Some(b) = &p.integration_branch {
         writeln!(out, "isolated steps merged into {b}")?;
     }
-    writeln!(
-        out,
-        "plan {} {}: {done}/{} steps completed, {} tokens, {}",
-        r.id,
-        r.status,
-        r.steps.len(),
-        fmt::count(r.usage.input_tokens + r.usage.output_tokens),
-        fmt::cost(Some(r.cost_usd))
-    )?;
+    writeln!(out, "{}", board::summary(p))?;
     out.flush()?;
     Ok(())
 }
@@ -294,10 +311,11 @@ const OUTPUT_LINES: usize = 20;
 
 /// What completed steps produced: each declared output that exists, with its first lines —
 /// the plan's result is usually a file, and this is where the person finds it.
-fn show_outputs(out: &mut impl Write, r: &PlanReport) -> anyhow::Result<()> {
+fn show_outputs(out: &mut impl Write, r: &PlanView) -> anyhow::Result<()> {
     let files: Vec<&std::path::PathBuf> = r
         .steps
         .iter()
+        .flatten()
         .filter(|s| s.status == "completed")
         .flat_map(|s| &s.outputs)
         .filter(|p| p.is_file())

@@ -71,7 +71,12 @@ impl Conn {
 /// `--detach`); the report as in-process.
 pub fn task(d: Daemon, args: TaskArgs) -> anyhow::Result<u8> {
     let (json_out, explain, detach) = (args.json, args.explain, args.detach);
-    let spec = super::task::spec(args)?;
+    let explicit = args.permissions.asking.non_interactive;
+    let mut spec = super::task::spec(args)?;
+    // A detached run is answered later (herd approve, herd attach), whatever this terminal is.
+    if detach {
+        spec.non_interactive = explicit;
+    }
     let caller = super::caller(format!("the terminal of herd pid {}", std::process::id()))?;
     let req = request::spawn_request(spec, context(&caller)?)?;
     let Daemon { rt, conn: mut d } = d;
@@ -284,11 +289,15 @@ fn stdin_lines() -> mpsc::Receiver<String> {
 pub fn plan(d: Daemon, a: RunArgs) -> anyhow::Result<u8> {
     let caller = super::caller(format!("the terminal of herd pid {}", std::process::id()))?;
     let ctx = context(&caller)?;
+    // A detached plan is answered later (herd approve, herd attach), whatever this terminal is.
+    let non_interactive =
+        if a.detach { a.asking.non_interactive } else { a.asking.nobody_answers(a.json) };
     let start = match (&a.resume, &a.plan) {
         (Some(id), _) => Start::Resume(pb::ResumeOrchestrationRequest {
             orchestration_id: id.clone(),
             max_concurrent: a.max_concurrent.unwrap_or(0),
             caller: Some(ctx),
+            non_interactive,
         }),
         (None, plan) => {
             let plan = plan.clone().unwrap_or_default();
@@ -301,6 +310,7 @@ pub fn plan(d: Daemon, a: RunArgs) -> anyhow::Result<u8> {
                 max_concurrent: a.max_concurrent.unwrap_or(0),
                 into: a.into.clone().unwrap_or_default(),
                 caller: Some(ctx),
+                non_interactive,
                 ..Default::default()
             })
         }
@@ -376,13 +386,27 @@ fn plan_line(e: &pb::OrchestrationEvent) -> Option<String> {
 
 /// `herd ps` through the daemon.
 pub fn ps(mut d: Daemon, a: &PsArgs) -> anyhow::Result<Vec<RunView>> {
-    let req = pb::ListSubagentsRequest {
-        all: a.all,
-        page_size: u32::try_from(a.limit).unwrap_or(u32::MAX).min(1000),
-        ..Default::default()
-    };
-    let list = d.rt.block_on(d.conn.client.list_subagents(req)).map_err(api)?.into_inner();
-    list.subagents.into_iter().map(|i| d.conn.view(i)).collect()
+    // `--limit 0` means all: page through them.
+    let limit = if a.rows.limit == 0 { usize::MAX } else { a.rows.limit };
+    let mut rows = Vec::new();
+    let mut page_token = String::new();
+    while rows.len() < limit {
+        let req = pb::ListSubagentsRequest {
+            all: a.rows.all,
+            page_size: u32::try_from(limit - rows.len()).unwrap_or(u32::MAX).min(1000),
+            page_token: std::mem::take(&mut page_token),
+            ..Default::default()
+        };
+        let list = d.rt.block_on(d.conn.client.list_subagents(req)).map_err(api)?.into_inner();
+        for i in list.subagents {
+            rows.push(d.conn.view(i)?);
+        }
+        if list.next_page_token.is_empty() {
+            break;
+        }
+        page_token = list.next_page_token;
+    }
+    Ok(rows)
 }
 
 /// `herd logs --follow` through the daemon: its stream instead of polling.

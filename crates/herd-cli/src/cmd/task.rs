@@ -10,9 +10,12 @@ use std::time::Duration;
 use herd_core::permission::{AutoApproveConfig, GrantKind, GrantSpec, Secret, parse_grant_spec};
 use herd_core::workspace::{LockMode, WorkspaceMode};
 use herd_core::{BackendKind, FailureReason, Status, SubagentId};
-use herd_engine::service::{Caller, Progress, RunView, Service, TaskSpec, WaitMode, WorkspaceSpec};
+use herd_engine::service::{
+    Caller, Progress, RunState, RunView, Service, TaskSpec, WaitMode, WorkspaceSpec,
+};
 use tokio::sync::watch;
 
+use super::ask::Scope;
 use crate::cli::{PermissionArgs, TaskArgs};
 use crate::{UsageError, exit, fmt};
 
@@ -31,11 +34,12 @@ pub fn run(state_dir: &Path, args: TaskArgs) -> anyhow::Result<u8> {
     let json_out = args.json;
     let explain = args.explain;
     let spec = spec(args)?;
+    let interactive = !spec.non_interactive;
     let svc = super::open_service(state_dir, "cli")?;
     let caller = super::caller(format!("the terminal of herd pid {}", std::process::id()))?;
     let rt = super::runtime()?;
     rt.block_on(async move {
-        let out = foreground(&svc, &caller, spec, json_out, explain).await;
+        let out = foreground(&svc, &caller, spec, json_out, explain, interactive).await;
         svc.shutdown().await?;
         out
     })
@@ -48,26 +52,38 @@ async fn foreground(
     spec: TaskSpec,
     json_out: bool,
     explain: bool,
+    interactive: bool,
 ) -> anyhow::Result<u8> {
     let spawned = svc.spawn(caller, spec).await?;
     if explain {
         eprintln!("herd: cli {}: {}", spawned.cli, spawned.cli_reason);
+        eprintln!("herd: permissions: {}", spawned.permission_route);
     }
     let id = spawned.id.clone();
-    let signals =
-        tokio::spawn(super::signals::cancel_on_signal(svc.clone(), id.to_string(), caller.clone()));
+    let signals = tokio::spawn(super::signals::cancel_on_signal(
+        svc.clone(),
+        id.to_string(),
+        caller.clone(),
+        None,
+    ));
     let live = std::io::stderr().is_terminal();
     let paused = Arc::new(AtomicBool::new(false));
-    // A person at this terminal answers the run's permission requests.
-    let asker = (live && std::io::stdin().is_terminal())
-        .then(|| super::ask::spawn(svc, id.clone(), caller.clone(), paused.clone()))
-        .transpose()?;
+    let scope = Scope::Run(id.to_string());
+    // A person at this terminal answers the run's permission requests; without one, each
+    // call that waits is said on stderr (`herd approve` answers it from anywhere).
+    let (asker, notifier) = if live && interactive && std::io::stdin().is_terminal() {
+        (super::ask::spawn(svc, scope, caller.clone(), paused.clone(), None), None)
+    } else {
+        let (n, handle) = super::ask::notify(svc, scope);
+        (handle, Some(n))
+    };
     let display = live
         .then(|| tokio::spawn(show_progress(id.clone(), spawned.cli, spawned.progress, paused)));
     svc.wait(&[id.to_string()], WaitMode::All, Duration::MAX / 4).await?;
     signals.abort();
-    if let Some(a) = asker {
-        a.abort();
+    asker.abort();
+    if let Some(n) = notifier {
+        n.poll(svc);
     }
     if let Some(d) = display {
         d.abort();
@@ -99,6 +115,7 @@ pub(crate) fn spec(a: TaskArgs) -> anyhow::Result<TaskSpec> {
         auto_commit: a.no_auto_commit.then_some(false),
     };
     let ask = a.permissions.ask.clone();
+    let non_interactive = a.permissions.asking.nobody_answers(a.json);
     let (auto_approve, permission_timeout, grants) = permissions(a.permissions)?;
     Ok(TaskSpec {
         prompt: a.prompt,
@@ -120,6 +137,7 @@ pub(crate) fn spec(a: TaskArgs) -> anyhow::Result<TaskSpec> {
         workspace,
         auto_approve,
         permission_timeout,
+        non_interactive,
         grants,
         resume: a.resume,
     })
@@ -211,12 +229,16 @@ pub(crate) fn print_report(r: &RunView, json_out: bool, live: bool) -> anyhow::R
         writeln!(out, "{text}")?;
     }
     out.flush()?;
-    if r.status != Status::Completed || live {
-        let reason = r.failure_reason.as_ref().map(|f| format!(": {f}")).unwrap_or_default();
+    if r.state != RunState::Completed || live {
+        let reason = match (&r.failure_reason, r.unanswered_denials) {
+            (Some(f), _) => format!(": {f}"),
+            (None, 0) => String::new(),
+            (None, n) => format!(": {n} tool call(s) denied because nobody answered"),
+        };
         eprintln!(
             "herd: {} {}{reason} ({}, {})",
             r.id,
-            r.status,
+            r.state,
             r.duration_ms.map_or_else(|| "-".into(), fmt::duration_ms),
             fmt::cost(r.cost_usd)
         );
@@ -226,6 +248,7 @@ pub(crate) fn print_report(r: &RunView, json_out: bool, live: bool) -> anyhow::R
 
 pub(crate) fn exit_code(r: &RunView) -> u8 {
     match (r.status, &r.failure) {
+        (Status::Completed, _) if r.unanswered_denials > 0 => exit::DENIED,
         (Status::Completed, _) => exit::COMPLETED,
         (Status::Cancelled, _) => exit::CANCELLED,
         (_, Some(FailureReason::Timeout)) => exit::TIMEOUT,

@@ -4,8 +4,6 @@
 use std::io::Write;
 use std::path::Path;
 
-use serde_json::json;
-
 use crate::cli::WorktreesCommand;
 use crate::{exit, fmt};
 
@@ -40,7 +38,7 @@ pub fn run(state_dir: &Path, cmd: WorktreesCommand) -> anyhow::Result<u8> {
             let report = svc.prune_worktrees(dry_run)?;
             let failed = report.iter().any(|p| p.result.starts_with("error"));
             if json_out {
-                writeln!(out, "{}", json!({"dry_run": dry_run, "worktrees": report}))?;
+                writeln!(out, "{}", serde_json::to_string(&report)?)?;
             } else {
                 for p in &report {
                     let w = &p.worktree;

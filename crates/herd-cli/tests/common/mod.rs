@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use herd_testkit::MockServer;
-use serde_json::Value;
+use herd_testkit::{MockServer, Script};
+use serde_json::{Value, json};
 
 pub struct World {
     _dir: tempfile::TempDir,
@@ -33,6 +33,13 @@ impl World {
         }
         let work = work.canonicalize().unwrap();
         Self { _dir: dir, home, work, state, claude: herd_testkit::require_claude() }
+    }
+
+    /// A fresh world for a test of the real claude; `None` (after the loud notice) when it is
+    /// missing and HERD_SKIP_REAL_CLIS=1 lets the test skip.
+    pub fn with_claude() -> Option<Self> {
+        let w = Self::new();
+        w.claude.is_some().then_some(w)
     }
 
     /// `herd ARGS` with a cleared environment: the mock as the model API, a fresh HOME.
@@ -88,17 +95,82 @@ impl World {
         self.json(&["show", id, "--json"]).1["result"].clone()
     }
 
-    /// Every event of a subagent, via `herd logs --json`.
+    /// Every event of a subagent, via `herd logs --json` (one array).
     pub fn events(&self, id: &str) -> Vec<Value> {
         let out = self.run(&["logs", id, "--json"]);
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect()
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!("logs --json is not one array ({e}): {}", String::from_utf8_lossy(&out.stdout))
+        })
+    }
+
+    /// Every audit row of a subagent, via `herd audit --json` (one array).
+    pub fn audit(&self, id: &str) -> Vec<Value> {
+        let out = self.run(&["audit", "--subagent", id, "--json"]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!("audit --json is not one array ({e}): {}", String::from_utf8_lossy(&out.stdout))
+        })
     }
 
     pub fn kinds(&self, id: &str) -> Vec<String> {
         self.events(id).iter().map(|e| e["kind"].as_str().unwrap().to_owned()).collect()
+    }
+}
+
+/// The input of a Bash call the mock's model makes.
+pub fn bash(cmd: &str) -> Value {
+    json!({"command": cmd, "description": "test step"})
+}
+
+/// Script `scenario`: one Bash call `touch PATH`, then a reply with its result.
+pub fn touch_then_done(scenario: &str, path: &Path) {
+    MockServer::shared().script(
+        scenario,
+        Script::new()
+            .tool_use("Bash", bash(&format!("touch {}", path.display())))
+            .text("done: {{last_tool_result}}"),
+    );
+}
+
+/// The `id` of the first row `herd ARGS` prints as a JSON array, once there is one.
+pub fn first_id(w: &World, args: &[&str], what: &str) -> String {
+    let mut id = None;
+    assert!(
+        wait_until(Duration::from_secs(20), || {
+            let (_, v) = w.json(args);
+            id = v
+                .as_array()
+                .and_then(|a| a.first())
+                .and_then(|r| r["id"].as_str())
+                .map(str::to_owned);
+            id.is_some()
+        }),
+        "no {what}"
+    );
+    id.unwrap()
+}
+
+/// The id of the first permission request waiting for a person, once there is one.
+pub fn pending_request(w: &World) -> String {
+    first_id(w, &["approve", "--json"], "pending permission request")
+}
+
+/// Every world's runs are checked as it ends: herd's own settings make no agent CLI warn of
+/// them (`Permission ask rule "MultiEdit" matches no known tool`) in any run's stderr log.
+impl Drop for World {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            return;
+        }
+        for dir in [self.state.join("transcripts"), self.work.join(".herd/transcripts")] {
+            for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                if name.ends_with(".stderr.log") {
+                    let text = std::fs::read_to_string(e.path()).unwrap_or_default();
+                    assert!(!text.contains("matches no known tool"), "{name}: {text}");
+                }
+            }
+        }
     }
 }
 

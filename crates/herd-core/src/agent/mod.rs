@@ -105,6 +105,8 @@ pub struct AgentDef {
     pub name: String,
     pub description: Option<String>,
     pub cli: Option<BackendKind>,
+    /// For `cli: acp`: the agent's program and arguments.
+    pub acp: Option<crate::AcpSpec>,
     pub model: Option<String>,
     /// The system prompt template (`${input}` placeholders).
     pub prompt: Option<String>,
@@ -134,6 +136,7 @@ impl AgentDef {
             name: name.into(),
             description: None,
             cli: None,
+            acp: None,
             model: None,
             prompt: None,
             inputs: Vec::new(),

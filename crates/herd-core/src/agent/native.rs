@@ -23,6 +23,8 @@ struct NativeFile {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     cli: Option<BackendKind>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    acp: Option<crate::AcpSpec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     model: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     tools: Option<Vec<String>>,
@@ -97,6 +99,15 @@ pub(super) fn parse(file: &str, text: &str) -> Result<Loaded, AgentError> {
             stem
         }
     };
+    match (&f.acp, f.cli) {
+        (Some(a), Some(BackendKind::Acp) | None) => {
+            a.check().map_err(|m| err("acp.command", m))?;
+        }
+        (Some(_), Some(other)) => {
+            return Err(err("acp", format!("only for cli: acp (this agent uses cli: {other})")));
+        }
+        (None, _) => {}
+    }
     if let Some(t) = &f.timeout {
         parse_duration(t).map_err(|m| err("timeout", m))?;
     }
@@ -151,6 +162,7 @@ pub(super) fn parse(file: &str, text: &str) -> Result<Loaded, AgentError> {
         name,
         description: f.description,
         cli: f.cli,
+        acp: f.acp,
         model: f.model,
         prompt: f.prompt,
         inputs: f.inputs,
@@ -177,6 +189,7 @@ pub fn to_native_yaml(def: &AgentDef) -> String {
         name: Some(def.name.clone()),
         description: def.description.clone(),
         cli: def.cli,
+        acp: def.acp.clone(),
         model: def.model.clone(),
         tools: def.tools.clone(),
         allow: def.allow.clone(),

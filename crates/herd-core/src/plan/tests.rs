@@ -59,6 +59,25 @@ fn sequential_is_a_chain() {
 }
 
 #[test]
+fn acp_steps_name_their_agent_and_only_they_do() {
+    let ok = PlanFile::parse(
+        "p.yml",
+        "defaults: {cli: acp, acp: {command: [gemini, --acp]}}\nsteps:\n  - {id: a, prompt: go}\n  - {id: b, prompt: go, cli: codex}\n",
+    )
+    .unwrap()
+    .validate("p.yml", "")
+    .unwrap();
+    assert_eq!(ok.steps[0].fields.acp.as_ref().unwrap().command, ["gemini", "--acp"]);
+    // A step on another cli does not inherit the default agent command.
+    assert!(ok.steps[1].fields.acp.is_none());
+    let src = "steps:\n  - id: a\n    prompt: x\n    cli: acp\n  - id: b\n    prompt: x\n    acp: {command: [x]}\n  - id: c\n    prompt: x\n    cli: acp\n    acp: {command: []}\n";
+    let p = problems(src);
+    assert!(p.iter().any(|x| x.contains("steps[0] (a).acp: cli: acp needs acp")), "{p:#?}");
+    assert!(p.iter().any(|x| x.contains("steps[1] (b).acp: only for cli: acp")), "{p:#?}");
+    assert!(p.iter().any(|x| x.contains("steps[2] (c).acp.command: command is empty")), "{p:#?}");
+}
+
+#[test]
 fn every_problem_is_reported_with_line_and_field() {
     let src = "steps:\n  - id: a\n    prompt: x\n    depends_on: [ghost]\n  - id: a\n    prompt: second\n  - id: c\n    cli: cursor\n    depends_on: [c]\n";
     let p = problems(src);

@@ -4,7 +4,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use herd_backends::PermissionAnswer;
+use herd_backends::{Backend, PermissionAnswer};
 use herd_core::{AgentEvent, Decoded};
 use serde_json::{Value, json};
 use tokio::task::JoinSet;
@@ -15,11 +15,13 @@ use super::{Gate, HookEvent, ToolRequest};
 #[derive(Debug)]
 pub(crate) struct Calls {
     pub gate: Arc<Gate>,
-    /// Answers being decided, keyed by nothing: each yields its CLI request id.
-    pub decisions: JoinSet<(String, PermissionAnswer)>,
+    /// Answers being decided, keyed by nothing: each yields its request (the backend encodes
+    /// the answer from it).
+    pub decisions: JoinSet<(ToolRequest, PermissionAnswer)>,
     side: JoinSet<()>,
-    /// Tool calls seen, by tool_use id, until their result.
-    open: HashMap<String, (String, Value)>,
+    /// Tool calls seen, by tool_use id, until their result: the tool (as rules name it and as
+    /// the CLI did) and its input.
+    open: HashMap<String, (String, Option<String>, Value)>,
     /// tool_use ids the CLI asked about.
     asked: HashSet<String>,
 }
@@ -35,23 +37,25 @@ impl Calls {
         }
     }
 
-    /// Look at a batch of decoded events before they are stored.
-    pub fn observe(&mut self, evs: &[Decoded]) {
+    /// Look at a batch of decoded events before they are stored; `backend` says which of them
+    /// are permission requests (the gate never reads a CLI's own JSON).
+    pub fn observe(&mut self, evs: &[Decoded], backend: &dyn Backend) {
         for d in evs {
-            match &d.event {
-                AgentEvent::ControlRequest { request_id, subtype, request } => {
-                    if let Some(req) = ToolRequest::parse(request_id, subtype, request) {
-                        if let Some(t) = &req.tool_use_id {
-                            self.asked.insert(t.clone());
-                        }
-                        self.decisions.spawn(self.gate.clone().decide(req));
-                    }
+            if let Some(req) = backend.permission_request(&d.event) {
+                if let Some(t) = &req.tool_use_id {
+                    self.asked.insert(t.clone());
                 }
-                AgentEvent::ToolCall { id, name, input } => {
-                    self.open.insert(id.clone(), (name.clone(), input.clone()));
+                self.decisions.spawn(self.gate.clone().decide(req));
+                continue;
+            }
+            match &d.event {
+                AgentEvent::ToolCall { id, name, input, cli_tool } => {
+                    self.open.insert(id.clone(), (name.clone(), cli_tool.clone(), input.clone()));
                 }
                 AgentEvent::ToolResult { tool_use_id, is_error, content } => {
-                    let Some((name, input)) = self.open.remove(tool_use_id) else { continue };
+                    let Some((name, cli_tool, input)) = self.open.remove(tool_use_id) else {
+                        continue;
+                    };
                     let asked = self.asked.remove(tool_use_id);
                     let gate = self.gate.clone();
                     let post = gate.has_hooks(HookEvent::PostToolUse);
@@ -65,7 +69,7 @@ impl Calls {
                     });
                     self.side.spawn(async move {
                         if !asked {
-                            let _ = gate.observed(&name, &input).await;
+                            let _ = gate.observed(&name, cli_tool.as_deref(), &input).await;
                         }
                         if post {
                             gate.fire(HookEvent::PostToolUse, &name, payload).await;

@@ -76,33 +76,9 @@ fn now() -> std::time::Instant {
     tokio::time::Instant::now().into_std()
 }
 
-/// A `can_use_tool` request from the agent CLI.
-#[derive(Debug, Clone)]
-pub(crate) struct ToolRequest {
-    pub request_id: String,
-    pub tool: String,
-    pub input: Value,
-    pub tool_use_id: Option<String>,
-    /// Set when the call comes from inside one of the agent's own subagents.
-    pub agent_id: Option<String>,
-}
-
-impl ToolRequest {
-    /// The request inside a claude `control_request` (`request` object), if it is a tool call.
-    pub fn parse(request_id: &str, subtype: &str, request: &Value) -> Option<Self> {
-        if subtype != "can_use_tool" {
-            return None;
-        }
-        let s = |k: &str| request.get(k).and_then(Value::as_str).map(str::to_owned);
-        Some(Self {
-            request_id: request_id.to_owned(),
-            tool: s("tool_name")?,
-            input: request.get("input").cloned().unwrap_or(Value::Object(Default::default())),
-            tool_use_id: s("tool_use_id"),
-            agent_id: s("agent_id"),
-        })
-    }
-}
+/// A CLI's request to use a tool, decoded by its backend: the gate never reads a CLI's JSON.
+/// `tool.claude` is the name rules, hooks and the audit use; `tool.native` the CLI's own.
+pub(crate) type ToolRequest = herd_backends::PermissionRequest;
 
 /// Mutable per-run gate state.
 #[derive(Debug, Default)]
@@ -270,20 +246,21 @@ impl Gate {
         true
     }
 
-    /// Decide one tool call. Never fails: on an internal error the call is denied.
-    pub async fn decide(self: Arc<Self>, req: ToolRequest) -> (String, PermissionAnswer) {
+    /// Decide one tool call. Never fails: on an internal error the call is denied. Returns the
+    /// request with its answer (the backend needs both to encode it).
+    pub async fn decide(self: Arc<Self>, req: ToolRequest) -> (ToolRequest, PermissionAnswer) {
         let answer = match self.pipeline(&req).await {
             Ok(a) => a,
             Err(e) => PermissionAnswer::Deny { message: format!("herd could not decide: {e}") },
         };
-        (req.request_id, answer)
+        (req, answer)
     }
 
     async fn pipeline(
         &self,
         req: &ToolRequest,
     ) -> Result<PermissionAnswer, herd_store::StoreError> {
-        let mut call = Call::new(&req.tool, &req.input, Some(&self.cwd));
+        let mut call = Call::new(&req.tool.claude, &req.input, Some(&self.cwd));
         paths::resolve(&mut call, &self.cwd);
         let granted = lock(&self.perms.grants).valid_tools(now());
         let decision = {
@@ -302,10 +279,10 @@ impl Gate {
             return self.deny(req, "permission_decision", by, None).await;
         }
         let protected = self.must_ask(&call);
-        for hook in self.hooks(HookEvent::PreToolUse, &req.tool) {
+        for hook in self.hooks(HookEvent::PreToolUse, &req.tool.claude) {
             let payload = json!({
                 "hook_event_name": "PreToolUse", "subagent_id": self.subagent.as_str(),
-                "tool_name": req.tool, "tool_input": req.input, "cwd": self.cwd,
+                "tool_name": req.tool.claude, "tool_input": req.input, "cwd": self.cwd,
             });
             let outcome = self.run_hook(&hook, &payload).await;
             if let HookOutcome::Veto(reason) = outcome {
@@ -327,7 +304,7 @@ impl Gate {
         &self,
         req: &ToolRequest,
     ) -> Result<PermissionAnswer, herd_store::StoreError> {
-        let kind = CallKind::of(&normalize_tool(&req.tool));
+        let kind = CallKind::of(&normalize_tool(&req.tool.claude));
         loop {
             let attempt = {
                 let mut st = lock(&self.state);
@@ -420,20 +397,29 @@ impl Gate {
                 id: id.clone(),
                 subagent_id: self.subagent.to_string(),
                 cli_request_id: req.request_id.clone(),
-                tool: req.tool.clone(),
+                tool: req.tool.claude.clone(),
                 input_preview: preview.clone(),
                 input_sha256: input_sha256(&req.input),
                 expires_at: now_ms() + timeout.as_millis() as i64,
             })
             .await?;
-        let ev = AgentEvent::PermissionRequested {
-            request: id.clone(),
-            tool: req.tool.clone(),
-            input_preview: preview,
-            timeout_ms: timeout.as_millis() as u64,
-        };
-        self.writer.append(&self.subagent, vec![Decoded::top(ev)]).await?;
-        let details = Some(json!({"request": id}));
+        let nobody = self.perms.non_interactive;
+        if nobody {
+            // Recorded like a request nobody answered (the run's result counts it), at once.
+            self.writer.close_permission_request(&id, "expired", "non-interactive").await?;
+        } else {
+            let ev = AgentEvent::PermissionRequested {
+                request: id.clone(),
+                tool: req.tool.claude.clone(),
+                input_preview: preview,
+                timeout_ms: timeout.as_millis() as u64,
+            };
+            self.writer.append(&self.subagent, vec![Decoded::top(ev)]).await?;
+        }
+        let details = Some(match nobody {
+            true => json!({"request": id, "non_interactive": true}),
+            false => json!({"request": id}),
+        });
         self.record(Entry {
             event_type: "permission_request",
             severity: "info",
@@ -444,6 +430,12 @@ impl Gate {
             req,
         })
         .await?;
+        if nobody {
+            let by = "nobody can answer: herd runs non-interactively (--non-interactive, or \
+                      --json without a terminal; --wait-for-approval waits)"
+                .to_owned();
+            return self.deny(req, "permission_decision", by, None).await;
+        }
         let deadline = tokio::time::Instant::now() + timeout;
         let waiting = self.answers.register(&id);
         loop {
@@ -451,7 +443,7 @@ impl Gate {
             match row {
                 Some(r) if r.status == "approved" => {
                     if r.always {
-                        let tool = normalize_tool(&req.tool);
+                        let tool = normalize_tool(&req.tool.claude);
                         let pattern = main_input(&tool, &req.input);
                         lock(&self.state).always.push(Rule { tool, pattern });
                     }
@@ -540,10 +532,14 @@ impl Gate {
             if let Some(t) = &e.req.tool_use_id {
                 obj.insert("tool_use_id".into(), t.clone().into());
             }
+            // The audit speaks Claude Code's vocabulary; the CLI's own name is kept beside it.
+            if e.req.tool.native != e.req.tool.claude {
+                obj.insert("cli_tool".into(), e.req.tool.native.clone().into());
+            }
         }
         if let Some(decision) = e.decision.filter(|d| *d != "ask") {
             let ev = AgentEvent::PermissionDecided {
-                tool: e.req.tool.clone(),
+                tool: e.req.tool.claude.clone(),
                 decision: decision.into(),
                 by: e.by.clone(),
                 request: Some(e.req.request_id.clone()),
@@ -556,7 +552,7 @@ impl Gate {
                 severity: e.severity,
                 subagent_id: Some(self.subagent.to_string()),
                 parent_session_id: Some(self.names.session_id.clone()),
-                tool: Some(e.req.tool.clone()),
+                tool: Some(e.req.tool.claude.clone()),
                 input_preview: Some(input_preview(&e.req.input)),
                 input_sha256: Some(input_sha256(&e.req.input)),
                 decision: e.decision,
@@ -568,7 +564,12 @@ impl Gate {
     }
 
     /// A call the CLI made without asking (read-only tools): audited as observed.
-    pub async fn observed(&self, tool: &str, input: &Value) -> Result<(), herd_store::StoreError> {
+    pub async fn observed(
+        &self,
+        tool: &str,
+        cli_tool: Option<&str>,
+        input: &Value,
+    ) -> Result<(), herd_store::StoreError> {
         self.writer
             .audit(NewAudit {
                 event_type: "tool_call_observed",
@@ -580,6 +581,7 @@ impl Gate {
                 input_sha256: Some(input_sha256(input)),
                 decision: Some("observed"),
                 decided_by: Some("the agent CLI (no permission asked)".into()),
+                details: cli_tool.map(|t| json!({"cli_tool": t})),
                 ..NewAudit::default()
             })
             .await

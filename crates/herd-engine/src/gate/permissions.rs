@@ -23,6 +23,9 @@ pub struct Permissions {
     pub auto_approve: Option<AutoApproveConfig>,
     /// How long a call waits for `herd approve` / `herd deny` (or the terminal) before denial.
     pub ask_timeout: Duration,
+    /// Nobody can answer (`--non-interactive`, or a script without a terminal): a call that
+    /// needs a person is denied at once, and counted as denied for want of an answer.
+    pub non_interactive: bool,
     pub hooks: Vec<HookDef>,
     /// TTL-bounded secrets and extra tools.
     pub grants: Arc<Mutex<Grants>>,
@@ -36,6 +39,7 @@ impl Default for Permissions {
             policy: Policy::default(),
             auto_approve: None,
             ask_timeout: DEFAULT_ASK_TIMEOUT,
+            non_interactive: false,
             hooks: Vec::new(),
             grants: Arc::new(Mutex::new(Grants::default())),
             confine: Default::default(),
@@ -100,6 +104,7 @@ impl Permissions {
             "readonly": self.policy.readonly,
             "auto_approve": self.auto_approve,
             "ask_timeout_ms": self.ask_timeout.as_millis() as u64,
+            "non_interactive": self.non_interactive,
             "hooks": self.hooks.iter().map(|h| format!("{}: {}", h.event.as_str(), h.command)).collect::<Vec<_>>(),
             "granted_tools": grants.valid_tools(now),
             "granted_secrets": grants.valid_secrets(now).into_iter().map(|(n, _)| n).collect::<Vec<_>>(),

@@ -66,14 +66,20 @@ fn protecting_nothing(g: Gate) -> Arc<Gate> {
     Arc::new(g)
 }
 
-fn bash(cmd: &str) -> ToolRequest {
+fn request(id: String, tool: &str, input: serde_json::Value) -> ToolRequest {
     ToolRequest {
-        request_id: format!("req-{cmd}"),
-        tool: "Bash".into(),
-        input: json!({"command": cmd}),
+        request_id: id,
+        tool: herd_backends::ToolName::new(None, tool),
+        input,
         tool_use_id: None,
         agent_id: None,
+        title: None,
+        options: Vec::new(),
     }
+}
+
+fn bash(cmd: &str) -> ToolRequest {
+    request(format!("req-{cmd}"), "Bash", json!({"command": cmd}))
 }
 
 async fn decide(g: &Arc<Gate>, req: ToolRequest) -> bool {
@@ -182,13 +188,7 @@ async fn grants_expire_with_the_clock_and_secrets_are_never_summarised() {
         ..RunSpec::default()
     };
     let g = gate(&f, perms.clone(), &[], &spec);
-    let write = ToolRequest {
-        request_id: "w".into(),
-        tool: "Write".into(),
-        input: json!({"file_path": "/tmp/x", "content": ""}),
-        tool_use_id: None,
-        agent_id: None,
-    };
+    let write = request("w".into(), "Write", json!({"file_path": "/tmp/x", "content": ""}));
     assert!(decide(&g, write.clone()).await, "granted tool");
 
     tokio::time::advance(Duration::from_secs(11)).await;
@@ -236,13 +236,11 @@ fn what_the_cli_must_always_ask_about() {
 }
 
 fn file_call(tool: &str, key: &str, path: &std::path::Path) -> ToolRequest {
-    ToolRequest {
-        request_id: format!("{tool}-{}", path.display()),
-        tool: tool.into(),
-        input: json!({ key: path, "content": "", "old_string": "a", "new_string": "b" }),
-        tool_use_id: None,
-        agent_id: None,
-    }
+    request(
+        format!("{tool}-{}", path.display()),
+        tool,
+        json!({ key: path, "content": "", "old_string": "a", "new_string": "b" }),
+    )
 }
 
 /// A gate whose run works in `cwd`.
@@ -320,12 +318,8 @@ async fn path_rules_see_through_symlinks_and_bind_the_edit_family() {
 
     // A search of a directory holding denied files is asked about (nobody answers: denied).
     let g = gate_in(&f, &spec(&["Grep", "Read"], &["Read(*/secret/*)"]), &root);
-    let grep = |p: &std::path::Path| ToolRequest {
-        request_id: format!("grep-{}", p.display()),
-        tool: "Grep".into(),
-        input: json!({"pattern": "k", "path": p}),
-        tool_use_id: None,
-        agent_id: None,
+    let grep = |p: &std::path::Path| {
+        request(format!("grep-{}", p.display()), "Grep", json!({"pattern": "k", "path": p}))
     };
     assert!(!decide(&g, grep(&root.join("link"))).await);
     assert!(!decide(&g, grep(&root)).await);

@@ -228,6 +228,7 @@ impl Engine {
                 "sandbox": req.permissions.confine.decide().record(
                     req.permissions.confine.effective_mode().unwrap_or_default()),
                 "trust_project_settings": req.permissions.confine.trust_project_settings,
+                "plan": req.plan_step.as_ref().map(|(plan, step)| json!({"id": plan, "step": step})),
             }),
             owner_pid,
             owner_start_time,
@@ -275,10 +276,7 @@ impl Engine {
         ahead: Option<Ahead<'_>>,
     ) -> Result<(TaskReport, Ended), EngineError> {
         let session = self.session_of(&req.caller)?;
-        let backend = match herd_backends::backend(req.backend) {
-            Ok(b) => b,
-            Err(e) => return Err(EngineError::InvalidPermissionConfig(e.to_string())),
-        };
+        let backend = herd_backends::backend(req.backend);
         // Children carry their depth, so a herd they start knows where it stands.
         let gate = Arc::new(Gate::new(
             req.permissions.clone(),
@@ -300,12 +298,16 @@ impl Engine {
             (crate::service::DEPTH_VAR.to_owned(), (req.caller.depth + 1).to_string()),
             (POLICY_LAYERS_VAR.to_owned(), gate.layers_json()),
         ];
+        // What the CLI needs set (gemini: a trusted workspace, no self re-spawn), under `--env`.
+        explicit
+            .extend(backend.fixed_env(&req.spec).iter().map(|(k, v)| ((*k).into(), (*v).into())));
         explicit.extend(req.env.iter().cloned());
         // Granted secrets reach the child only at spawn and only while their grant is valid.
         explicit.extend(granted_env(&req.permissions));
         // Values may be secrets (grants, --env): both copies are wiped when dropped, on every path.
         let explicit = Wiped(explicit);
-        let env = Wiped(child_env(std::env::vars(), backend.env_prefixes(), &explicit.0));
+        let prefixes = backend.env_prefixes(&req.spec);
+        let env = Wiped(child_env(std::env::vars(), prefixes, &explicit.0));
         drop(explicit);
         // Auto-approve's time box bounds the whole run.
         let timeout = match &req.permissions.auto_approve {
@@ -338,8 +340,8 @@ impl Engine {
             }
         }
 
-        let path_var = env.0.iter().find(|(k, _)| k == "PATH").map(|(_, v)| v.as_str());
-        let override_bin = backend.program_override_var().and_then(|v| std::env::var(v).ok());
+        let override_bin =
+            backend.program_override_var(&req.spec).and_then(|v| std::env::var(v).ok());
         // Tools granted for now are offered beside the run's own (the gate checks the grant at
         // each call); then what the CLI must always ask about, of the tools the run has.
         let mut spec = req.spec.clone();
@@ -388,8 +390,28 @@ impl Engine {
             let ev = AgentEvent::Unconfined { reason: reason.clone() };
             self.writer().append(&id, vec![herd_core::Decoded::top(ev)]).await?;
         }
-        let spawned = match backend.invocation(&spec, path_var, override_bin.as_deref()) {
-            Ok(inv) => match self.confined(&decision, inv.clone(), &req, backend, &env.0, layout) {
+        // What the CLI reads for this run (gemini's policy), kept beside its transcript.
+        let mut files = Vec::new();
+        for f in backend.run_files(&spec) {
+            let path = self.paths().transcripts().join(format!("{id}.{}", f.name));
+            match std::fs::write(&path, &f.contents) {
+                Ok(()) => files.push((f.name, path)),
+                Err(e) => {
+                    let message = format!("cannot write {}: {e}", path.display());
+                    let failure = FailureReason::SpawnError { message };
+                    return run.finish(Status::Failed, Some(failure), started, &[]).await;
+                }
+            }
+        }
+        let paths: Vec<PathBuf> = files.iter().map(|(_, p)| p.clone()).collect();
+        let launch = herd_backends::Launch {
+            env: &env.0,
+            override_bin: override_bin.as_deref(),
+            confined: matches!(decision, Decision::Confine(_)),
+            files: &files,
+        };
+        let spawned = match backend.invocation(&spec, &launch) {
+            Ok(inv) => match self.confined(&decision, inv.clone(), &req, &env.0, layout, &paths) {
                 Ok((run_inv, holders)) => {
                     let sandboxed = holders.is_some();
                     run.placeholders = holders;
@@ -450,7 +472,7 @@ impl Engine {
             HookEvent::SubagentStart,
             json!({"hook_event_name": "SubagentStart", "subagent_id": id.as_str(), "argv": argv}),
         );
-        child.write_stdin(&backend.initial_stdin(&req.spec));
+        run.start_stdin(&mut child, &req.spec);
         if !backend.holds_stdin() {
             child.close_stdin();
         }

@@ -27,6 +27,8 @@ enum StopReason {
     Timeout,
     Cancelled,
     MaxTurns,
+    /// The CLI did not finish its protocol's opening handshake in time (see `protocol_error`).
+    ProtocolError,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,6 +67,9 @@ pub(super) struct RunState<'e> {
     /// Progress not yet published (published only after a flush: persisted before shown).
     pending: Progress,
     last_progress: Instant,
+    /// Turns and tokens as last written to the run's row (so `herd ps` sees them live).
+    persisted: (u32, herd_core::Usage),
+    last_persisted: Option<Instant>,
     obs: Observed,
     /// When the process started (ms since the epoch), as recorded in its row.
     pub(super) started_at: Option<i64>,
@@ -75,6 +80,14 @@ pub(super) struct RunState<'e> {
     result_before_stop: bool,
     ladder: Ladder,
     ladder_deadline: Option<TInstant>,
+    /// The CLI stays after its terminal event (an ACP agent serving until signalled): the
+    /// ladder's SIGTERM ends it, and says so.
+    lingering: bool,
+    exits_at_eof: bool,
+    /// When a CLI with an opening handshake must have finished it.
+    handshake_deadline: Option<TInstant>,
+    /// What the CLI still owed when its handshake timed out.
+    protocol_error: Option<String>,
     pub(super) calls: Calls,
     /// An isolated run: on success its work is committed and waits for the merge.
     merge_gate: Option<IsolatedSpec>,
@@ -110,13 +123,15 @@ impl<'e> RunState<'e> {
             engine,
             id: id.clone(),
             backend,
-            decoder: backend.decoder(),
+            decoder: backend.decoder(&req.spec, &req.cwd),
             transcript: Transcript::open(paths, id)?,
             stderr_log: None,
             max_output: req.max_output_bytes,
             progress,
             pending: Progress::default(),
             last_progress: Instant::now(),
+            persisted: (0, herd_core::Usage::default()),
+            last_persisted: None,
             obs: Observed::default(),
             started_at: None,
             running: None,
@@ -124,6 +139,10 @@ impl<'e> RunState<'e> {
             result_before_stop: false,
             ladder: Ladder::Idle,
             ladder_deadline: None,
+            lingering: false,
+            exits_at_eof: backend.exits_at_eof(&req.spec),
+            handshake_deadline: None,
+            protocol_error: None,
             calls,
             merge_gate: match &req.workspace {
                 WorkspaceReq::Isolated(spec) => Some((**spec).clone()),
@@ -137,6 +156,20 @@ impl<'e> RunState<'e> {
             inputs: None,
             queued: std::collections::VecDeque::new(),
         })
+    }
+
+    /// Write what the CLI gets first: the backend's initial bytes, then what its protocol opens
+    /// with (ACP `initialize`); a CLI with a handshake must finish it within the engine's
+    /// `handshake_timeout`.
+    pub(super) fn start_stdin(&mut self, child: &mut Child, spec: &herd_backends::RunSpec) {
+        child.write_stdin(&self.backend.initial_stdin(spec));
+        let opening = self.decoder.take_stdin();
+        if !opening.is_empty() {
+            child.write_stdin(&opening);
+        }
+        if self.decoder.handshake_pending().is_some() {
+            self.handshake_deadline = Some(TInstant::now() + self.engine.config.handshake_timeout);
+        }
     }
 
     /// Record the refs and HEADs of the repository the run works in, before its agent starts:
@@ -263,8 +296,11 @@ impl<'e> RunState<'e> {
                         out_split.push(&out_buf[..n], |p| self.piece(p, &mut evs, cfg.max_line_bytes));
                         self.transcript.flush()?;
                         self.emit(child, evs).await?;
+                        // A CLI that stops itself at the limit gets one turn of slack (herd's
+                        // count is a backstop); for the others herd's count is the limit.
+                        let slack = u32::from(self.backend.enforces_max_turns());
                         if let Some(m) = max_turns
-                            && self.decoder.turns() > m + 1
+                            && self.decoder.turns() > m.saturating_add(slack)
                         {
                             self.begin_stop(child, StopReason::MaxTurns).await?;
                         }
@@ -324,6 +360,16 @@ impl<'e> RunState<'e> {
                 _ = sleep_until(ladder_at), if self.ladder_deadline.is_some() => {
                     self.escalate(child).await?;
                 }
+                _ = sleep_until(self.handshake_deadline.unwrap_or(far)), if self.handshake_deadline.is_some() => {
+                    self.handshake_deadline = None;
+                    if let Some(owed) = self.decoder.handshake_pending() {
+                        let secs = self.engine.config.handshake_timeout.as_secs_f64();
+                        self.protocol_error = Some(format!(
+                            "the agent did not send {owed} within {secs:.0}s"
+                        ));
+                        self.begin_stop(child, StopReason::ProtocolError).await?;
+                    }
+                }
                 changed = stop.changed(), if stop_open => {
                     if changed.is_err() {
                         stop_open = false;
@@ -340,8 +386,10 @@ impl<'e> RunState<'e> {
                     }
                 }
                 Some(done) = self.calls.decisions.join_next(), if !self.calls.decisions.is_empty() => {
-                    if let Ok((request_id, answer)) = done
-                        && let Some(bytes) = self.backend.permission_answer(&request_id, &answer)
+                    // A request the CLI withdrew meanwhile (a cancel answered it) gets no answer.
+                    if let Ok((req, answer)) = done
+                        && self.decoder.answered(&req.request_id)
+                        && let Some(bytes) = self.backend.answer_permission(&req, &answer)
                     {
                         child.write_stdin(&bytes);
                     }
@@ -351,6 +399,9 @@ impl<'e> RunState<'e> {
                     let _ = input.reply.send(accepted);
                 }
                 _ = poll.tick(), if self.stop_reason.is_none() => {
+                    // Figures held back by the rate limit reach the row even when the stream
+                    // goes quiet (an agent waiting for a person says nothing more).
+                    self.persist_live(Update::default()).await?;
                     let asked = self.engine.store().run_requests(self.id.as_str()).unwrap_or_default();
                     if let Some(reason) = asked.revoked {
                         self.calls.gate.revoke(&reason).await;
@@ -390,14 +441,26 @@ impl<'e> RunState<'e> {
 
     /// Look at decoded events (result, session, text), then hand them to the writer.
     async fn emit(&mut self, child: &mut Child, evs: Vec<Decoded>) -> Result<(), EngineError> {
+        // A two-way protocol answers what it just read (ACP: the next step of the session),
+        // even a line that made no event (the answer to `session/set_mode`).
+        self.answer_protocol(child);
         if evs.is_empty() {
             return Ok(());
         }
         let mut tool = None;
         let mut got_result = false;
-        self.calls.observe(&evs);
+        let mut live = Update::default();
+        self.calls.observe(&evs, self.backend);
         for d in &evs {
             match &d.event {
+                // What the stream says of the session, on the row at once (`herd ps`, `show`).
+                AgentEvent::Init { native_session_id, model, .. } => {
+                    if let Some(s) = native_session_id {
+                        self.obs.native_session_id = Some(s.clone());
+                        live.native_session_id = Some(s.clone());
+                    }
+                    live.model.clone_from(model);
+                }
                 AgentEvent::Result(r) => {
                     if self.stop_reason.is_none() {
                         self.result_before_stop = true;
@@ -407,9 +470,6 @@ impl<'e> RunState<'e> {
                     }
                     self.obs.result = Some(r.clone());
                     got_result = true;
-                }
-                AgentEvent::Init { native_session_id: Some(s), .. } => {
-                    self.obs.native_session_id = Some(s.clone());
                 }
                 AgentEvent::ToolCall { name, .. } if d.parent_tool_use_id.is_none() => {
                     tool = Some(name.clone());
@@ -439,6 +499,7 @@ impl<'e> RunState<'e> {
         let n = evs.len() as u64;
         self.engine.writer().append(&self.id, evs).await?;
         self.pending.events += n;
+        self.persist_live(live).await?;
         if tool.is_some() {
             self.pending.current_tool = tool;
         }
@@ -457,8 +518,49 @@ impl<'e> RunState<'e> {
         if got_result && self.backend.holds_stdin() {
             match self.queued.pop_front().filter(|_| self.stop_reason.is_none()) {
                 Some(text) => self.write_follow_up(child, text).await?,
-                None => child.close_stdin(),
+                None => {
+                    child.close_stdin();
+                    // One that stays anyway is ended by the ladder's SIGTERM after a grace period.
+                    if !self.exits_at_eof && self.ladder == Ladder::Idle {
+                        self.lingering = true;
+                        self.ladder = Ladder::Graceful;
+                        self.ladder_deadline =
+                            Some(TInstant::now() + self.engine.config.graceful_stop);
+                    }
+                }
             }
+        }
+        Ok(())
+    }
+
+    /// Write what the decoder has for the CLI's stdin; a finished handshake stops its clock.
+    fn answer_protocol(&mut self, child: &mut Child) {
+        let reply = self.decoder.take_stdin();
+        if !reply.is_empty() && child.stdin_open() {
+            child.write_stdin(&reply);
+        }
+        if self.handshake_deadline.is_some() && self.decoder.handshake_pending().is_none() {
+            self.handshake_deadline = None;
+        }
+    }
+
+    /// Put what the stream said so far on the run's row (queued, after its events): the
+    /// session and model when they are said, turns and tokens when they changed, at most twice
+    /// a second. The end of the run writes the final figures.
+    async fn persist_live(&mut self, mut u: Update) -> Result<(), EngineError> {
+        const EVERY: Duration = Duration::from_millis(500);
+        let figures = (self.decoder.turns(), self.decoder.usage());
+        let due = self.last_persisted.is_none_or(|t| t.elapsed() >= EVERY);
+        if figures != self.persisted && (due || u.native_session_id.is_some()) {
+            u.num_turns = Some(figures.0);
+            u.usage = Some(figures.1);
+            self.persisted = figures;
+            self.last_persisted = Some(Instant::now());
+        }
+        let empty = u.native_session_id.is_none() && u.model.is_none() && u.num_turns.is_none();
+        if !empty {
+            // Not waited for: the run goes on while it commits.
+            drop(self.engine.writer().queue_update(&self.id, u).await?);
         }
         Ok(())
     }
@@ -502,21 +604,28 @@ impl<'e> RunState<'e> {
         Ok(self.engine.writer().append(&self.id, vec![Decoded::top(ev)]).await?)
     }
 
-    /// First rung of the ladder: the backend's interrupt message, else SIGINT to the group.
+    /// First rung of the ladder: the protocol's own stop (ACP `session/cancel`), else the
+    /// backend's interrupt message, else SIGINT to the group.
     async fn begin_stop(&mut self, child: &mut Child, why: StopReason) -> Result<(), EngineError> {
         self.stop_reason.get_or_insert(why);
         if self.ladder != Ladder::Idle {
             return Ok(());
         }
         let why = format!("{why:?}").to_lowercase();
-        match self.backend.interrupt_message().filter(|_| child.stdin_open()) {
-            Some(msg) => {
-                child.write_stdin(&msg);
-                self.record_stop("interrupt", &why).await?;
-            }
-            None => {
-                child.signal(Signal::SIGINT);
-                self.record_stop("sigint", &why).await?;
+        let cancel = if child.stdin_open() { self.decoder.interrupt() } else { Vec::new() };
+        if !cancel.is_empty() {
+            child.write_stdin(&cancel);
+            self.record_stop("session/cancel", &why).await?;
+        } else {
+            match self.backend.interrupt_message().filter(|_| child.stdin_open()) {
+                Some(msg) => {
+                    child.write_stdin(&msg);
+                    self.record_stop("interrupt", &why).await?;
+                }
+                None => {
+                    child.signal(Signal::SIGINT);
+                    self.record_stop("sigint", &why).await?;
+                }
             }
         }
         self.ladder = Ladder::Graceful;
@@ -530,7 +639,12 @@ impl<'e> RunState<'e> {
                 // Closing stdin too: some CLIs only finish once their input ends.
                 child.close_stdin();
                 child.signal(Signal::SIGTERM);
-                self.record_stop("sigterm", "graceful stop timed out").await?;
+                let why = if self.lingering {
+                    "the agent stays after its result (it serves until signalled)"
+                } else {
+                    "graceful stop timed out"
+                };
+                self.record_stop("sigterm", why).await?;
                 self.ladder = Ladder::Term;
                 self.ladder_deadline = Some(TInstant::now() + self.engine.config.term_grace);
             }
@@ -590,6 +704,16 @@ impl<'e> RunState<'e> {
             Some(StopReason::Cancelled) => (Status::Cancelled, None),
             Some(StopReason::Timeout) => (Status::Failed, Some(FailureReason::Timeout)),
             Some(StopReason::MaxTurns) => (Status::Failed, Some(FailureReason::MaxTurns)),
+            Some(StopReason::ProtocolError) => {
+                let message = self.protocol_error.clone().unwrap_or_default();
+                (Status::Failed, Some(FailureReason::ProtocolError { message }))
+            }
+            // Ended before its handshake was done: it never spoke its protocol.
+            None if self.obs.result.is_none() && self.decoder.handshake_pending().is_some() => {
+                let owed = self.decoder.handshake_pending().unwrap_or_default();
+                let message = format!("the agent ended before it sent {owed}");
+                (Status::Failed, Some(FailureReason::ProtocolError { message }))
+            }
             None => {
                 let exit = match (self.obs.exit_code, self.obs.exit_signal) {
                     (Some(c), _) => Exit::Code(c),

@@ -156,6 +156,7 @@ struct RunSetup<'a> {
     /// The herd binary (the sandbox's init).
     pub herd: &'a Path,
     pub backend: &'static dyn Backend,
+    pub spec: &'a herd_backends::RunSpec,
     pub cwd: &'a Path,
     pub worktree: Option<&'a Path>,
     pub git: Option<&'a Layout>,
@@ -163,12 +164,22 @@ struct RunSetup<'a> {
     pub env: &'a [(String, String)],
     pub state_dir: &'a Path,
     pub confine: &'a Confinement,
+    /// Files herd wrote for the CLI to read (gemini's policy).
+    pub run_files: &'a [PathBuf],
 }
 
 /// `inv` confined: the bwrap command line, and the placeholders the run holds until it ends.
 fn wrap(inv: Invocation, s: &RunSetup<'_>) -> Result<(Invocation, Placeholders), String> {
     let var = |k: &str| s.env.iter().find(|(ek, _)| ek == k).map(|(_, v)| v.as_str());
     let home = var("HOME").map(PathBuf::from);
+    // The CLI's state: the directory its variable names (codex `CODEX_HOME`), else its
+    // directories under HOME.
+    let named = s.backend.state_dir_var(s.spec).and_then(var).filter(|v| !v.is_empty());
+    let cli_state: Vec<PathBuf> = match (named, home.as_ref().filter(|h| h.is_dir())) {
+        (Some(dir), _) => vec![PathBuf::from(dir)],
+        (None, Some(h)) => s.backend.home_state(s.spec).iter().map(|d| h.join(d)).collect(),
+        (None, None) => Vec::new(),
+    };
     let user_config = crate::protected::user_config();
     let inputs = plan::Inputs {
         bwrap: s.bwrap,
@@ -178,12 +189,15 @@ fn wrap(inv: Invocation, s: &RunSetup<'_>) -> Result<(Invocation, Placeholders),
         worktree: s.worktree,
         git: s.git,
         home: home.as_deref(),
-        cli_state: s.backend.home_state(),
+        cli_state: &cli_state,
+        cli_protected: s.backend.protected_state(s.spec),
+        workspace_writable: s.backend.workspace_writable(s.spec),
         state_dir: s.state_dir,
         protect: &s.confine.protect,
         user_config,
         tmpdir: var("TMPDIR"),
         uid: nix::unistd::getuid().as_raw(),
+        run_files: s.run_files,
     };
     let (plan, holders) = plan::build(&inputs)?;
     Ok((confine(inv, &plan), holders))
@@ -197,9 +211,9 @@ impl Engine {
         decision: &Decision,
         inv: herd_backends::Invocation,
         req: &crate::TaskRequest,
-        backend: &'static dyn herd_backends::Backend,
         env: &[(String, String)],
         layout: Option<crate::workspace::refs::Layout>,
+        run_files: &[PathBuf],
     ) -> Result<(herd_backends::Invocation, Option<Placeholders>), String> {
         let bwrap = match decision {
             Decision::Confine(b) => b,
@@ -213,13 +227,15 @@ impl Engine {
         let setup = RunSetup {
             bwrap,
             herd: &self.guard.program,
-            backend,
+            backend: herd_backends::backend(req.backend),
+            spec: &req.spec,
             cwd: &req.cwd,
             worktree,
             git: layout.as_ref(),
             env,
             state_dir: &self.paths().root,
             confine: &req.permissions.confine,
+            run_files,
         };
         let (inv, holders) =
             wrap(inv, &setup).map_err(|e| format!("cannot set up the sandbox: {e}"))?;

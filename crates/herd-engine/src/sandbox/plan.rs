@@ -114,8 +114,14 @@ pub struct Inputs<'a> {
     pub git: Option<&'a Layout>,
     /// HOME as the agent gets it.
     pub home: Option<&'a Path>,
-    /// The CLI's own state directories under HOME (claude: `.claude`), writable.
-    pub cli_state: &'a [&'a str],
+    /// The CLI's own state directories (claude `~/.claude`, codex `$CODEX_HOME`), writable.
+    pub cli_state: &'a [PathBuf],
+    /// What configures the CLI in those directories (read-only), each with whether it gets a
+    /// placeholder while missing.
+    pub cli_protected: &'a [(&'a str, bool)],
+    /// Whether the agent may write its working directory (and, for a worktree, the repository's
+    /// git objects and refs); else it only reads them.
+    pub workspace_writable: bool,
     /// herd's state directory.
     pub state_dir: &'a Path,
     /// More paths never to make writable (the project's `.herd/`).
@@ -125,21 +131,9 @@ pub struct Inputs<'a> {
     /// `TMPDIR` in the agent's environment.
     pub tmpdir: Option<&'a str>,
     pub uid: u32,
+    /// Files herd wrote for the CLI to read (gemini's policy): seen, read-only.
+    pub run_files: &'a [PathBuf],
 }
-
-/// Files under claude's state directory that configure it (hooks, permissions, MCP servers) or
-/// hold code or instructions it runs; the first two get a placeholder when missing.
-const CLAUDE_PROTECTED: &[&str] = &[
-    "settings.json",
-    "settings.local.json",
-    "CLAUDE.md",
-    "agents",
-    "commands",
-    "skills",
-    "plugins",
-    "hooks",
-];
-const CLAUDE_PLACEHOLDERS: usize = 2;
 
 /// Build the plan for one run: creates the CLI state directories the agent must be able to
 /// write (as the CLI itself would) and placeholder directories for protected paths that do not
@@ -156,29 +150,38 @@ pub fn build(i: &Inputs<'_>) -> Result<(SandboxPlan, Placeholders), String> {
     }
     let home = i.home.filter(|h| h.is_dir()).map(canon);
     // What lives in /tmp and must be seen again over the private one.
-    for p in [home.clone(), Some(canon(i.init)), Some(canon(i.program))].into_iter().flatten() {
+    // A workspace the agent may only read is not bound writable below: it is seen again.
+    let workspace = i.worktree.map_or_else(|| cwd.clone(), canon);
+    let read_only = (!i.workspace_writable).then(|| {
+        let git = i.git.map(|g| [g.common.clone(), g.git_dir.clone()]);
+        std::iter::once(workspace.clone()).chain(git.into_iter().flatten())
+    });
+    let always = [home.clone(), Some(canon(i.init)), Some(canon(i.program))];
+    let files = i.run_files.iter().map(|f| canon(f));
+    for p in always.into_iter().flatten().chain(read_only.into_iter().flatten()).chain(files) {
         if p.starts_with("/tmp") {
             add(p, MountKind::Visible);
         }
     }
 
     // Writable: the run's directory (an isolated run: its whole worktree), the repository's git
-    // dir (objects and refs, to commit), the CLI's state.
-    let mut writable = vec![i.worktree.map_or_else(|| cwd.clone(), canon)];
-    if let Some(g) = i.git {
-        writable.push(g.common.clone());
-        if !g.git_dir.starts_with(&g.common) {
-            writable.push(g.git_dir.clone());
+    // dir (objects and refs, to commit), the CLI's state. A run whose CLI may only read its
+    // workspace (codex mapped to read-only) gets the CLI's state alone.
+    let mut writable = Vec::new();
+    if i.workspace_writable {
+        writable.push(workspace);
+        if let Some(g) = i.git {
+            writable.push(g.common.clone());
+            if !g.git_dir.starts_with(&g.common) {
+                writable.push(g.git_dir.clone());
+            }
         }
     }
     let mut cli_dirs = Vec::new();
-    if let Some(h) = &home {
-        for s in i.cli_state {
-            let dir = h.join(s);
-            std::fs::create_dir_all(&dir)
-                .map_err(|e| format!("cannot create {} for the agent: {e}", dir.display()))?;
-            cli_dirs.push(canon(&dir));
-        }
+    for dir in i.cli_state {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| format!("cannot create {} for the agent: {e}", dir.display()))?;
+        cli_dirs.push(canon(dir));
     }
     writable.extend(cli_dirs.iter().cloned());
     writable.sort();
@@ -200,11 +203,10 @@ pub fn build(i: &Inputs<'_>) -> Result<(SandboxPlan, Placeholders), String> {
         // ~/.ssh, ~/.gitconfig, ~/.claude.json stay as they are (the CLI state below is bound
         // writable again, deeper).
         protected.push((h.clone(), false));
-        if i.cli_state.contains(&".claude") {
-            let c = canon(&h.join(".claude"));
-            for (n, name) in CLAUDE_PROTECTED.iter().enumerate() {
-                protected.push((c.join(name), n < CLAUDE_PLACEHOLDERS));
-            }
+    }
+    for c in &cli_dirs {
+        for (name, placeholder) in i.cli_protected {
+            protected.push((c.join(name), *placeholder));
         }
     }
 
@@ -450,12 +452,15 @@ mod tests {
             worktree: Some(&wt),
             git: Some(&layout),
             home: Some(&home),
-            cli_state: &[".claude"],
+            cli_state: &[home.join(".claude")],
+            cli_protected: herd_backends::claude::PROTECTED_STATE,
+            workspace_writable: true,
             state_dir: &state,
             protect: &[repo.join(".herd")],
             user_config: Some(home.join(".config/herd")),
             tmpdir: None,
             uid: u32::MAX,
+            run_files: &[],
         };
         let (plan, holders) = build(&i).unwrap();
         let got = kinds(&plan);
@@ -520,12 +525,15 @@ mod tests {
             worktree: None,
             git: None,
             home: Some(&home),
-            cli_state: &[".claude"],
+            cli_state: &[home.join(".claude")],
+            cli_protected: herd_backends::claude::PROTECTED_STATE,
+            workspace_writable: true,
             state_dir: &state,
             protect: &[],
             user_config: None,
             tmpdir: Some("/var/tmp/x"),
             uid: u32::MAX,
+            run_files: &[],
         };
         let (plan, _holders) = build(&i).unwrap();
         let got = kinds(&plan);
@@ -552,5 +560,51 @@ mod tests {
         let rw = args.find(&format!("--bind {0} {0}", s(&home))).unwrap();
         let claude = args.find(&format!("--bind {0} {0}", s(&home.join(".claude")))).unwrap();
         assert!(rw < ro && ro < claude, "{args}");
+    }
+
+    #[test]
+    fn a_read_only_workspace_is_seen_but_not_written() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().canonicalize().unwrap();
+        let (work, home, state) = (root.join("work"), root.join("home"), root.join("state"));
+        for d in [&work, &home.join(".codex"), &state] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        // codex reads a directory where its config should be as an error: an existing config
+        // is protected, a missing one gets no placeholder.
+        std::fs::write(home.join(".codex/config.toml"), "").unwrap();
+        let i = Inputs {
+            bwrap: Path::new("/usr/bin/bwrap"),
+            init: Path::new("/bin/true"),
+            program: Path::new("/bin/sh"),
+            cwd: &work,
+            worktree: None,
+            git: None,
+            home: Some(&home),
+            cli_state: &[home.join(".codex")],
+            cli_protected: herd_backends::codex::PROTECTED_STATE,
+            workspace_writable: false,
+            state_dir: &state,
+            protect: &[],
+            user_config: None,
+            tmpdir: None,
+            uid: u32::MAX,
+            run_files: &[state.join("run.gemini-policy.toml")],
+        };
+        let (plan, _holders) = build(&i).unwrap();
+        assert!(!writable_in(&plan, &work.join("a.txt")), "{:?}", kinds(&plan));
+        assert!(writable_in(&plan, &home.join(".codex/sessions")));
+        assert!(!writable_in(&plan, &home.join(".codex/config.toml")));
+        // Under /tmp (bwrap's private one) it is bound again, read-only, so the run can start;
+        // so are the files herd wrote for the CLI.
+        for p in [&work, &state.join("run.gemini-policy.toml")] {
+            let s = p.display().to_string();
+            assert_eq!(
+                kinds(&plan).contains(&(s, MountKind::Visible)),
+                p.starts_with("/tmp"),
+                "{:?}",
+                kinds(&plan)
+            );
+        }
     }
 }

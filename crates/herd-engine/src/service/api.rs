@@ -136,6 +136,9 @@ pub struct TaskSpec {
     pub auto_approve: Option<AutoApproveConfig>,
     /// How long a call waits for a person.
     pub permission_timeout: Option<Duration>,
+    /// Nobody can answer: a call that needs a person is denied at once (and counted in the
+    /// run's `unanswered_denials`) instead of waiting.
+    pub non_interactive: bool,
     /// TTL-bounded grants: tools, and secrets with the values the surface read.
     pub grants: Vec<(GrantKind, Duration)>,
     /// Continue this finished run (id or unique prefix).
@@ -168,6 +171,8 @@ pub struct PlanSpec {
     pub max_concurrent: Option<usize>,
     /// Merge isolated steps into this branch (overrides the plan's `into`).
     pub into: Option<String>,
+    /// Nobody can answer its steps' calls: a call that needs a person is denied at once.
+    pub non_interactive: bool,
 }
 
 /// Where a plan comes from.

@@ -38,7 +38,8 @@ pub use read::{AuditQuery, GcReport, Pruned, RunFilter};
 pub use request::{AGENTS_MD_BUDGET, DEFAULT_TIMEOUT, MEMORY_BUDGET};
 pub use tasks::Spawned;
 pub use views::{
-    AuditEntry, PermissionRequestView, PlanUsage, PlanView, RunView, StepView, WorktreeView,
+    AuditEntry, PermissionRequestView, PlanEventView, PlanUsage, PlanView, RunState, RunView,
+    StepView, WorktreeView,
 };
 pub use watch::Watch;
 pub use worker::{WorkerOptions, WorkerSummary};
@@ -89,12 +90,17 @@ impl ServiceOptions {
             })?,
             None => herd_store::Backend::Sqlite,
         };
+        let mut engine = EngineConfig::default();
+        if let Some(t) = cfg.handshake_timeout().map_err(ApiError::invalid)? {
+            engine.handshake_timeout = t;
+        }
         Ok(Self {
             store,
             surface: surface.into(),
             max_concurrent: cfg.max_concurrent.map_or(DEFAULT_MAX_CONCURRENT, |n| n as usize),
             max_queue: cfg.max_queue.map_or(DEFAULT_MAX_QUEUE, |n| n as usize),
             configured_max_concurrent: cfg.max_concurrent.is_some(),
+            engine,
             ..Self::default()
         })
     }

@@ -79,6 +79,7 @@ impl Service {
         caller: &Caller,
         id: &str,
         max_concurrent: Option<usize>,
+        non_interactive: bool,
     ) -> Result<PlanStarted, ApiError> {
         crate::RunCaller::of(caller).check_depth()?;
         let (name, plan_id, text, done) = {
@@ -101,7 +102,7 @@ impl Service {
                     )));
                 }
             }
-            let (plan_json, _) = store
+            let plan_json = store
                 .orchestration_plan(&o.id)?
                 .ok_or_else(|| ApiError::not_found(format!("no plan {id}")))?;
             let steps = store.steps(&o.id)?;
@@ -122,7 +123,12 @@ impl Service {
             }
             (o.name, o.id, resumable_text(&plan_json, &steps)?, done)
         };
-        let spec = PlanSpec { source: PlanSource::Text { name, text }, max_concurrent, into: None };
+        let spec = PlanSpec {
+            source: PlanSource::Text { name, text },
+            max_concurrent,
+            into: None,
+            non_interactive,
+        };
         let loaded = self.load_plan(caller, &spec)?;
         self.admit(&loaded, &spec)?;
         if !self.engine.store().reopen_orchestration(&plan_id, self.engine.owner())? {
@@ -266,8 +272,9 @@ impl Service {
                     s.id, e.message
                 ))
             };
-            let r =
-                resolve(&mut project, caller, step_spec(s, &base_dir), fallbacks).map_err(at)?;
+            let mut step = step_spec(s, &base_dir);
+            step.non_interactive = spec.non_interactive;
+            let r = resolve(&mut project, caller, step, fallbacks).map_err(at)?;
             requests.push(r.req);
         }
         Ok(Loaded { plan, requests, source_file, per_parent: project.config.max_per_parent })
@@ -324,6 +331,13 @@ fn fill_agent_clis(plan: &mut PlanFile, file: &str, project: &mut Project) -> Re
         if step.fields.cli.is_none() && !default_cli {
             step.fields.cli = found.def.cli.map(|c| c.to_string());
         }
+        // An ACP agent's program comes with it unless the step names one.
+        if step.fields.cli.as_deref().or(plan.defaults.cli.as_deref()) == Some("acp")
+            && step.fields.acp.is_none()
+            && plan.defaults.acp.is_none()
+        {
+            step.fields.acp.clone_from(&found.def.acp);
+        }
     }
     Ok(())
 }
@@ -342,7 +356,12 @@ fn step_spec(step: &Step, base_dir: &Path) -> TaskSpec {
         name: Some(step.id.clone()),
         // Validated already.
         cli: f.cli.as_deref().and_then(|c| c.parse().ok()),
-        command: f.command.clone().unwrap_or_default(),
+        // An ACP step's agent program travels as the command, like `--cli acp -- PROGRAM`.
+        command: match (&f.command, &f.acp) {
+            (Some(c), _) => c.clone(),
+            (None, Some(a)) => a.command.clone(),
+            (None, None) => Vec::new(),
+        },
         agent: f.agent.clone(),
         inputs: f.inputs.clone().unwrap_or_default(),
         model: f.model.clone(),

@@ -13,7 +13,9 @@ use super::Service;
 use super::api::{Answer, Caller, CancelLevel, WaitMode};
 use super::error::ApiError;
 use super::jobs::{Ended, JobState, MARGIN, Waited};
-use super::views::{AuditEntry, PermissionRequestView, PlanView, RunView, WorktreeView};
+use super::views::{
+    AuditEntry, PermissionRequestView, PlanEventView, PlanView, RunView, StepView, WorktreeView,
+};
 use crate::StopLevel;
 use crate::procfs;
 use crate::workspace::teardown::{self, Verdict};
@@ -83,14 +85,78 @@ impl Service {
             .collect())
     }
 
-    /// A plan run with its steps.
+    /// A plan run (id or unique prefix, `pln_…`) with its steps, each with its latest run's
+    /// figures, and the worktrees of its isolated steps (the merge results).
     pub fn plan(&self, id: &str) -> Result<PlanView, ApiError> {
         let store = self.engine.store();
+        let id = store.resolve_plan(id.trim()).map_err(plan_error)?;
         let o = store
-            .orchestration(id.trim())?
+            .orchestration(&id)?
             .ok_or_else(|| ApiError::not_found(format!("no plan {id}")))?;
-        let steps = store.steps(&o.id)?;
-        Ok(PlanView::of(o, steps))
+        let tally = store.step_tally(&o.id)?;
+        let declared = declared_outputs(store.orchestration_plan(&o.id)?.as_deref());
+        let steps = store
+            .steps_with_runs(&o.id)?
+            .into_iter()
+            .map(|(s, run)| {
+                let base =
+                    std::path::PathBuf::from(s.working_directory.clone().unwrap_or_default());
+                let outputs = declared
+                    .get(s.sequence as usize)
+                    .map(|outs| outs.iter().map(|o| base.join(o)).collect())
+                    .unwrap_or_default();
+                StepView::of(s, run, outputs)
+            })
+            .collect();
+        let worktrees: Vec<WorktreeView> = store
+            .worktrees(true)?
+            .into_iter()
+            .filter(|w| w.run_id == o.id)
+            .map(WorktreeView::from)
+            .collect();
+        let mut v = PlanView::of(o, tally);
+        v.integration_branch = worktrees.iter().find_map(|w| w.integration_branch.clone());
+        v.steps = Some(steps);
+        v.worktrees = worktrees;
+        Ok(v)
+    }
+
+    /// Plan runs, newest first: those that have not ended, or every one with `all` (without
+    /// their steps; [`plan`](Self::plan) has them).
+    pub fn plans(&self, f: RunFilter) -> Result<Vec<PlanView>, ApiError> {
+        let store = self.engine.store();
+        let limit = if f.limit == 0 { usize::MAX } else { f.limit };
+        let rows = store.orchestrations(f.all, limit)?;
+        rows.into_iter()
+            .map(|o| {
+                let tally = store.step_tally(&o.id)?;
+                Ok(PlanView::of(o, tally))
+            })
+            .collect()
+    }
+
+    /// A plan's own events (its transitions and its steps') after sequence number `after`, at
+    /// most `limit`, in order.
+    pub fn plan_events(
+        &self,
+        id: &str,
+        after: i64,
+        limit: usize,
+    ) -> Result<Vec<PlanEventView>, ApiError> {
+        let store = self.engine.store();
+        let id = store.resolve_plan(id.trim()).map_err(plan_error)?;
+        Ok(store
+            .plan_events_after(&id, after, limit)?
+            .into_iter()
+            .map(|e| PlanEventView::of(&id, e))
+            .collect())
+    }
+
+    /// The tool run `id`'s agent called last, while it matters (a live display).
+    pub fn current_tool(&self, id: &str) -> Result<Option<String>, ApiError> {
+        let store = self.engine.store();
+        let sid = store.resolve(id.trim())?;
+        Ok(store.last_tool_call(&sid)?)
     }
 
     /// A run's events after sequence number `after`, at most `limit`, in order.
@@ -110,7 +176,10 @@ impl Service {
             return Ok(JobState::Error { id: id.to_owned(), error: e.clone() });
         }
         if id.starts_with("pln_") {
-            return Ok(JobState::Plan(Box::new(self.plan(id)?)));
+            let mut plan = self.plan(id)?;
+            // A status is about the plan; its steps are one `plan` call away.
+            plan.steps = None;
+            return Ok(JobState::Plan(Box::new(plan)));
         }
         Ok(JobState::Task(Box::new(self.run(id)?)))
     }
@@ -265,6 +334,14 @@ impl Service {
             .collect())
     }
 
+    /// Every tool call of run `run` (id or unique prefix) that went to a person, whatever
+    /// became of it, oldest first.
+    pub fn requests(&self, run: &str) -> Result<Vec<PermissionRequestView>, ApiError> {
+        let store = self.engine.store();
+        let id = store.resolve(run.trim())?;
+        Ok(store.requests_of(id.as_str())?.into_iter().map(Into::into).collect())
+    }
+
     /// Stop a run or a plan: the stop ladder (or a kill with `Force`); a queued run ends
     /// `cancelled` without starting. A run of another herd process is asked through the store
     /// and, if its owner does not act within the ladder's time, its process group is signalled
@@ -277,7 +354,11 @@ impl Service {
         caller: &Caller,
     ) -> Result<JobState, ApiError> {
         let id = id.trim();
-        let key = if id.starts_with("pln_") { id.to_owned() } else { self.run(id)?.id };
+        let key = if id.starts_with("pln_") {
+            self.engine.store().resolve_plan(id).map_err(plan_error)?
+        } else {
+            self.run(id)?.id
+        };
         let stop = match level {
             CancelLevel::Graceful => StopLevel::Graceful,
             CancelLevel::Force => StopLevel::Force,
@@ -296,9 +377,7 @@ impl Service {
             return self.status(&key);
         }
         if key.starts_with("pln_") {
-            return Err(ApiError::precondition(format!(
-                "plan {key} is run by another herd process; stop it there (Ctrl-C in its herd run)"
-            )));
+            return self.cancel_foreign_plan(&key, level, reason, caller).await;
         }
         let sid: SubagentId = key.parse().map_err(|e| ApiError::internal(format!("{e}")))?;
         if !self.engine.store().request_cancel(&sid)? {
@@ -307,6 +386,64 @@ impl Service {
         self.audit_cancel(&key, level, reason, caller).await?;
         self.stop_foreign(&sid, level).await?;
         self.status(&key)
+    }
+
+    /// Stop a plan another herd process runs: the plan is recorded as cancelling (its owner
+    /// polls for that, stops starting steps and stops what runs; a daemon that takes over
+    /// orphaned plans reads the same record), and each running step's run is asked to stop
+    /// through the store (with the ladder from here if its owner does not act). Returns once
+    /// the plan has ended, or its owner is found dead and it is swept.
+    async fn cancel_foreign_plan(
+        &self,
+        key: &str,
+        level: CancelLevel,
+        reason: &str,
+        caller: &Caller,
+    ) -> Result<JobState, ApiError> {
+        if !self.engine.store().request_plan_cancel(key)? {
+            return self.status(key);
+        }
+        self.audit_cancel(key, level, reason, caller).await?;
+        let running: Vec<SubagentId> = {
+            let store = self.engine.store();
+            store
+                .steps_with_runs(key)?
+                .into_iter()
+                .filter_map(|(_, run)| run.filter(|r| !r.status.is_terminal()))
+                .filter_map(|r| r.id.parse().ok())
+                .collect()
+        };
+        let mut stopping = tokio::task::JoinSet::new();
+        for sid in running {
+            if !self.engine.store().request_cancel(&sid)? {
+                continue;
+            }
+            let svc = self.clone();
+            stopping.spawn(async move { svc.stop_foreign(&sid, level).await });
+        }
+        while let Some(r) = stopping.join_next().await {
+            r.map_err(|e| ApiError::internal(e.to_string()))??;
+        }
+        // Its owner records the end once its steps have stopped; a dead owner never will.
+        let deadline = Instant::now() + self.stop_ladder() + MARGIN;
+        loop {
+            let plan = self.plan(key)?;
+            if plan.is_terminal() {
+                break;
+            }
+            let owner_alive = {
+                let store = self.engine.store();
+                store.orchestration(key)?.is_some_and(|o| {
+                    o.owner_pid.is_some_and(|p| procfs::is_same_process(p, o.owner_start_time))
+                })
+            };
+            if !owner_alive || Instant::now() > deadline {
+                crate::sweep_orphans(&mut self.engine.store())?;
+                break;
+            }
+            tokio::time::sleep(OTHER_PROCESS_POLL).await;
+        }
+        self.status(key)
     }
 
     async fn audit_cancel(
@@ -582,6 +719,37 @@ impl Service {
     pub fn store_version() -> &'static str {
         Store::sqlite_version()
     }
+}
+
+/// A plan id that resolves to nothing, or to several plans.
+fn plan_error(e: herd_store::StoreError) -> ApiError {
+    match e {
+        herd_store::StoreError::NotFound(p) => {
+            ApiError::not_found(format!("no plan matches {p:?}"))
+        }
+        other => other.into(),
+    }
+}
+
+/// What each step of a stored plan (its JSON text) declares it produces, by step position.
+fn declared_outputs(plan: Option<&str>) -> Vec<Vec<String>> {
+    let Some(v) = plan.and_then(|p| serde_json::from_str::<serde_json::Value>(p).ok()) else {
+        return Vec::new();
+    };
+    v["steps"]
+        .as_array()
+        .map(|steps| {
+            steps
+                .iter()
+                .map(|s| {
+                    s["fields"]["outputs"]
+                        .as_array()
+                        .map(|o| o.iter().filter_map(|p| p.as_str().map(str::to_owned)).collect())
+                        .unwrap_or_default()
+                })
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// One run's view: its row, its worktree, and its pending requests while it is active.

@@ -188,9 +188,17 @@ pub(crate) fn resolve(
         Some(_) => (spec.cli.unwrap_or(BackendKind::Claude), "the resumed run's".to_owned()),
         None => project.choose_cli(spec.cli, agent.as_ref())?,
     };
-    herd_backends::backend(cli).map_err(|e| ApiError::field("cli", e.to_string()))?;
+    let backend = herd_backends::backend(cli);
+    // An ACP agent's program: the request's, else its agent definition's `acp: {command}`.
+    let mut command = spec.command.clone();
+    if cli == BackendKind::Acp
+        && command.is_empty()
+        && let Some(a) = agent.as_ref().and_then(|f| f.def.acp.as_ref())
+    {
+        command = a.command.clone();
+    }
     if spec.resume.is_none() {
-        check_command(cli, &spec.command)?;
+        check_command(cli, &command)?;
     }
     let cwd = match &spec.cwd {
         Some(d) if fallbacks.step => caller.path(d, "cwd")?,
@@ -225,7 +233,8 @@ pub(crate) fn resolve(
             max_turns: spec.max_turns,
             append_system_prompt: None,
             resume: None,
-            command: spec.command,
+            replay_prompt: None,
+            command,
             ask_first: Vec::new(),
             // From the project's config at launch (`permissions.confine`).
             trust_project_settings: false,
@@ -249,6 +258,14 @@ pub(crate) fn resolve(
         )?;
         apply_agent(&mut req, f, &spec.inputs, spec.timeout.is_some())?;
         req.context = project.agent_context(f);
+        // A CLI without a system prompt channel (gemini, ACP agents) gets the agent's rendered
+        // prompt first in its context, as trusted instructions.
+        let channel = backend.takes_system_prompt(&req.spec);
+        if let Some(system) = req.spec.append_system_prompt.take_if(|_| !channel) {
+            let part =
+                Part { source: format!("agent:{}", f.def.name), trusted: true, content: system };
+            req.context.insert(0, part);
+        }
     }
     if req.timeout.is_zero() {
         req.timeout = fallbacks.timeout.or(cfg_timeout).unwrap_or(DEFAULT_TIMEOUT);
@@ -271,6 +288,7 @@ pub(crate) fn resolve(
         perms.hooks.extend(config::hook_defs(&d.hooks).map_err(at)?);
     }
     perms.auto_approve = spec.auto_approve;
+    perms.non_interactive = spec.non_interactive;
     if let Some(t) = spec.permission_timeout.or(cfg_permission_timeout) {
         perms.ask_timeout = t;
     }
@@ -283,7 +301,29 @@ pub(crate) fn resolve(
     // Refused before anything is created (seed 000's INVALID_PERMISSION_CONFIG).
     perms.validate(&req.spec).map_err(|e| ApiError::field("permissions", e))?;
     req.permissions = perms;
+    if spec.resume.is_none() {
+        check_program(&req)?;
+    }
     Ok(Resolved { req, cli_reason })
+}
+
+/// The agent CLI's binary is there (before anything is recorded): a missing one is an input
+/// error naming the binary, the variable that points at it and how to install it. A `command`
+/// program is not checked here: its absence is the run's recorded `spawn_error`.
+pub(crate) fn check_program(req: &TaskRequest) -> Result<(), ApiError> {
+    if req.backend == BackendKind::Command {
+        return Ok(());
+    }
+    let backend = herd_backends::backend(req.backend);
+    let path = match req.env.iter().rfind(|(k, _)| k == "PATH") {
+        Some((_, p)) => Some(p.clone()),
+        None => std::env::var("PATH").ok(),
+    };
+    let over = backend.program_override_var(&req.spec).and_then(|v| std::env::var(v).ok());
+    match backend.program(&req.spec, path.as_deref(), over.as_deref()) {
+        Ok(_) => Ok(()),
+        Err(e) => Err(ApiError::field("cli", format!("cli {}: {e}", req.backend))),
+    }
 }
 
 /// Variables herd sets for a child itself (its depth, the policies above it, its run id): a
@@ -303,16 +343,27 @@ fn check_env(env: &[(String, String)], whose: &str) -> Result<(), ApiError> {
     }
 }
 
-/// A program is given for `cli: command` and only for it.
+/// A program is given for `cli: command` and `cli: acp` (the agent's), and only for them.
 fn check_command(cli: BackendKind, command: &[String]) -> Result<(), ApiError> {
     match (cli, command.is_empty()) {
         (BackendKind::Command, true) => Err(ApiError::field(
             "command",
             "cli command needs a program: herd task PROMPT --cli command -- PROGRAM [ARGS…]",
         )),
+        (BackendKind::Acp, true) => Err(ApiError::field(
+            "command",
+            "cli acp needs the agent's program: herd task PROMPT --cli acp -- PROGRAM [ARGS…] \
+             (or acp: {command: [program, args…]} in an agent file or plan step)",
+        )),
+        (BackendKind::Acp, false) => herd_core::AcpSpec { command: command.to_vec() }
+            .check()
+            .map_err(|e| ApiError::field("command", format!("cli acp: {e}"))),
         (other, false) if other != BackendKind::Command => Err(ApiError::field(
             "command",
-            format!("a program (`{}`) is only for cli command, not {other}", command.join(" ")),
+            format!(
+                "a program (`{}`) is only for cli command or cli acp, not {other}",
+                command.join(" ")
+            ),
         )),
         _ => Ok(()),
     }

@@ -27,6 +27,9 @@ pub struct Spawned {
     pub cli: BackendKind,
     /// How its CLI was chosen (`--explain`).
     pub cli_reason: String,
+    /// Where its CLI's tool calls meet herd's permission gate, or what herd's rules map to
+    /// when the CLI asks nothing (`--explain`).
+    pub permission_route: String,
     /// `pending` (started at once) or `queued` (waiting for a place in the pool).
     pub status: Status,
     /// Live turns, tokens and the current tool, published once stored.
@@ -43,11 +46,38 @@ impl Service {
         let mut project = Project::open(&caller.project_root)?;
         let Resolved { mut req, cli_reason } =
             resolve(&mut project, caller, spec, Fallbacks::default())?;
-        let mut history = Vec::new();
-        if let Some((id, cwd_given)) = &resume {
-            history = self.resume_into(&mut req, id, *cwd_given)?;
+        match &resume {
+            Some((id, cwd_given)) => {
+                let history = self.resume_into(&mut req, id, *cwd_given)?;
+                if req.spec.resume.is_none() {
+                    req.assemble(history);
+                } else {
+                    // Native: the CLI has the history. An ACP agent that turns out unable to
+                    // load its session gets it replayed instead.
+                    if req.backend == BackendKind::Acp {
+                        let mut replayed = req.clone();
+                        replayed.assemble(history);
+                        req.spec.replay_prompt = Some(replayed.spec.prompt);
+                    }
+                    req.assemble(Vec::new());
+                }
+                super::request::check_program(&req)?;
+            }
+            None => req.assemble(Vec::new()),
         }
-        req.assemble(history);
+        let confined =
+            matches!(req.permissions.confine.decide(), crate::sandbox::Decision::Confine(_));
+        let permission_route = match herd_backends::backend(req.backend)
+            .permission_route(&req.spec, confined)
+        {
+            herd_backends::PermissionRoute::Asks(how) => {
+                format!("the agent asks herd before the calls it would ask a person about ({how})")
+            }
+            herd_backends::PermissionRoute::Mapped(how) => how,
+            herd_backends::PermissionRoute::None => {
+                "a program asks nothing: it runs with what the sandbox allows".into()
+            }
+        };
         req.caller.check_depth()?;
         let admission = self.pool.admit()?;
         let engine = &self.engine;
@@ -87,12 +117,12 @@ impl Service {
                 Err(e) => Ended::Error(e),
             });
         });
-        Ok(Spawned { id, cli, cli_reason, status, progress })
+        Ok(Spawned { id, cli, cli_reason, permission_route, status, progress })
     }
 
     /// Turn `req` into a continuation of run `prefix`: its CLI (and program) and, unless a cwd
-    /// was given, its directory; the CLI's own session where it has one, else the last messages
-    /// of its record as an untrusted context part (returned).
+    /// was given, its directory; the CLI's own session (`spec.resume`) where it has one. Returns
+    /// the last messages of its record as an untrusted context part, for when it has none.
     fn resume_into(
         &self,
         req: &mut TaskRequest,
@@ -109,7 +139,6 @@ impl Service {
             )));
         }
         req.backend = row.cli.parse().map_err(ApiError::internal)?;
-        herd_backends::backend(req.backend).map_err(|e| ApiError::invalid(e.to_string()))?;
         if !cwd_given {
             req.cwd = row.working_directory.clone().into();
         }
@@ -117,11 +146,10 @@ impl Service {
             req.spec.command =
                 serde_json::from_value(row.spec["spec"]["command"].clone()).unwrap_or_default();
         }
-        if req.backend == BackendKind::Claude
+        if herd_backends::backend(req.backend).resumes_natively(&req.spec)
             && let Some(native) = &row.native_session_id
         {
             req.spec.resume = Some(native.clone());
-            return Ok(Vec::new());
         }
         let mut messages = vec![format!("user: {}", row.prompt)];
         let mut after = 0;

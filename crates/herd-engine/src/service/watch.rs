@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use herd_core::{AgentEvent, SubagentId};
-use herd_store::{PlanEvent, StoredEvent};
+use herd_store::StoredEvent;
 use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::{broadcast, watch};
 
@@ -56,20 +56,6 @@ impl Service {
 }
 
 impl Service {
-    /// Plan `id`'s own events after sequence number `after`, at most `limit`, in order.
-    pub fn plan_events(
-        &self,
-        id: &str,
-        after: i64,
-        limit: usize,
-    ) -> Result<Vec<PlanEvent>, ApiError> {
-        let store = self.engine.store();
-        let plan = store
-            .orchestration(id.trim())?
-            .ok_or_else(|| ApiError::not_found(format!("no plan {id}")))?;
-        Ok(store.plan_events_after(&plan.id, after, limit)?)
-    }
-
     /// Changes after each commit to the store: wait on it, then read again (a plan's events, a
     /// status), instead of polling.
     pub fn commits(&self) -> watch::Receiver<u64> {

@@ -255,6 +255,8 @@ impl Service {
             source: PlanSource::Text { name: orch.to_owned(), text },
             max_concurrent: None,
             into: None,
+            // A worker has nobody to ask: calls no rule decides are refused.
+            non_interactive: true,
         };
         let l = self.load_plan(caller, &spec)?;
         Ok(Loaded { plan: l.plan, requests: l.requests })

@@ -184,6 +184,7 @@ pub(crate) fn translate(sql: &str) -> String {
             _ => out.push(c),
         }
     }
+    let out = json_paths(&out);
     let trimmed = out.trim_start();
     if let Some(rest) = trimmed.strip_prefix("INSERT OR IGNORE INTO") {
         return format!(
@@ -191,6 +192,34 @@ pub(crate) fn translate(sql: &str) -> String {
             rest.trim_end().trim_end_matches(';')
         );
     }
+    out
+}
+
+/// SQLite's `json_extract(col, '$.a.b')` as PostgreSQL's `(col::json #>> '{a,b}')`.
+fn json_paths(sql: &str) -> String {
+    const F: &str = "json_extract(";
+    let mut out = String::with_capacity(sql.len());
+    let mut rest = sql;
+    while let Some(i) = rest.find(F) {
+        let after = &rest[i + F.len()..];
+        let parsed = after.split_once(", '$.").and_then(|(col, tail)| {
+            let (path, tail) = tail.split_once("')")?;
+            let simple = |s: &str| s.chars().all(|c| c.is_ascii_alphanumeric() || "_.".contains(c));
+            (simple(col) && simple(path)).then_some((col, path, tail))
+        });
+        match parsed {
+            Some((col, path, tail)) => {
+                out.push_str(&rest[..i]);
+                out.push_str(&format!("({col}::json #>> '{{{}}}')", path.replace('.', ",")));
+                rest = tail;
+            }
+            None => {
+                out.push_str(&rest[..i + F.len()]);
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
     out
 }
 
@@ -238,6 +267,10 @@ mod tests {
         assert_eq!(
             translate("INSERT OR IGNORE INTO s (a) VALUES (?1)"),
             "INSERT INTO s (a) VALUES ($1) ON CONFLICT DO NOTHING"
+        );
+        assert_eq!(
+            translate("SELECT json_extract(s.spec, '$.plan.id'), x FROM s"),
+            "SELECT (s.spec::json #>> '{plan,id}'), x FROM s"
         );
     }
 

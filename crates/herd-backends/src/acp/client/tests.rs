@@ -211,6 +211,33 @@ fn resume_loads_the_session_and_skips_its_replay() {
 }
 
 #[test]
+fn history_streamed_after_the_loads_answer_is_still_replay() {
+    // gemini 0.61.0 answers session/load, then streams the history (measured).
+    let mut c = started(AcpConfig {
+        resume: Some("s-1".into()),
+        mode: Some("default".into()),
+        ..AcpConfig::new("/r", "again")
+    });
+    feed(
+        &mut c,
+        json!({"jsonrpc": "2.0", "id": 1, "result": {"agentCapabilities": {"loadSession": true}}}),
+    );
+    feed(&mut c, json!({"jsonrpc": "2.0", "id": 2, "result": {}}));
+    let chunk = |text: &str| json!({"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": "s-1", "update": {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}}}});
+    let old = feed(&mut c, chunk("first-answer"));
+    assert_eq!(
+        old.events[0].event,
+        AgentEvent::System { subtype: "session/update (replay)".into() }
+    );
+    let s = feed(&mut c, json!({"jsonrpc": "2.0", "id": 3, "result": {}}));
+    assert_eq!(lines_of(&s.stdin)[0]["method"], "session/prompt");
+    feed(&mut c, chunk("second-answer"));
+    let end =
+        feed(&mut c, json!({"jsonrpc": "2.0", "id": 4, "result": {"stopReason": "end_turn"}}));
+    assert_eq!(end.result.unwrap().text.as_deref(), Some("second-answer"));
+}
+
+#[test]
 fn mode_is_set_before_the_prompt() {
     let mut c = started(AcpConfig { mode: Some("default".into()), ..AcpConfig::new("/r", "p") });
     feed(&mut c, json!({"jsonrpc": "2.0", "id": 1, "result": {}}));
@@ -373,7 +400,8 @@ fn updates_become_events() {
         [AgentEvent::ToolCall {
             id: "t1".into(),
             name: "Bash".into(),
-            input: json!({"command": "ls -la"})
+            input: json!({"command": "ls -la"}),
+            cli_tool: Some("execute".into()),
         }]
     );
     assert_eq!(

@@ -62,7 +62,7 @@ fn text_tool_use_and_tool_result_of_one_message_count_one_turn() {
     let (ev, d) = decode_all(&format!("{}\n{bash_result}", lines.join("\n")));
     assert_eq!(d.turns(), 1);
     assert_eq!(ev[0].event, AgentEvent::Text { text: "Calling Bash.".into() });
-    let AgentEvent::ToolCall { id, name, input } = &ev[1].event else { panic!("{:?}", ev[1]) };
+    let AgentEvent::ToolCall { id, name, input, .. } = &ev[1].event else { panic!("{:?}", ev[1]) };
     assert_eq!((id.as_str(), name.as_str()), ("toolu_mock_bash_0", "Bash"));
     assert_eq!(input["command"], "echo hello-from-bash");
     assert_eq!(

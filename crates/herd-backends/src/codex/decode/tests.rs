@@ -59,6 +59,7 @@ fn shell_run_decodes_call_result_text_and_success() {
             id: "item_1".into(),
             name: "Bash".into(),
             input: json!({"cmd": "/bin/bash -lc 'echo hello-from-bash'", "command": "echo hello-from-bash"}),
+            cli_tool: Some("command_execution".into()),
         }
     );
     assert_eq!(

@@ -66,6 +66,7 @@ fn shell_run_decodes_to_bash_call_result_and_answer() {
             id: "run_shell_command__run_shell_command_1795320098501_0".into(),
             name: "Bash".into(),
             input: json!({"command": "echo hello-from-bash", "description": "Print greeting"}),
+            cli_tool: Some("run_shell_command".into()),
         }
     );
     assert_eq!(

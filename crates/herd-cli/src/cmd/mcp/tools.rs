@@ -38,8 +38,10 @@ pub struct TaskParams {
     #[doc = "Run a named agent definition (from .herd/agents, .claude/agents, ...; see `herd agents \
     list`). Its prompt template, tools, rules and limits apply."]
     pub agent_name: Option<String>,
-    #[doc = "Which agent CLI runs the task (e.g. \"claude\"); overrides the agent definition's cli. \
-    Default: the agent's cli, else default_cli in .herd/config.yml, else claude."]
+    #[doc = "Which agent CLI runs the task: \"claude\", \"codex\", \"gemini\", or \"acp\" (an Agent \
+    Client Protocol agent; its program comes from agent_name's definition, acp: {command}). \
+    Overrides the agent definition's cli. Default: the agent's cli, else default_cli in \
+    .herd/config.yml, else claude."]
     pub agent_cli: Option<String>,
     /// Values for the agent definition's prompt template inputs (needs agent_name).
     pub inputs: Option<BTreeMap<String, String>>,
@@ -110,6 +112,11 @@ impl TaskParams {
         if cli == Some(BackendKind::Command) {
             return Err(bad("agent_cli: \"command\" runs a program given on herd's command line \
                  (herd task --cli command -- PROGRAM); over MCP use \"claude\""
+                .into()));
+        }
+        if cli == Some(BackendKind::Acp) && self.agent_name.is_none() && self.session_id.is_none() {
+            return Err(bad("agent_cli: \"acp\" runs the ACP agent an agent definition names \
+                 (acp: {command: [program, args…]}): give agent_name"
                 .into()));
         }
         let timeout = match self.timeout_s {
@@ -290,7 +297,8 @@ impl Server {
 
     #[tool(description = "Delegate a task to a subagent: herd runs an agent CLI (Claude Code by \
         default, or a named agent definition) on the prompt, supervised, limited and recorded, \
-        and returns {session_id, status, output, duration_ms, usage, cost_usd}. The subagent \
+        and returns the run: {session_id, status, state, result, failure_reason, duration_ms, \
+        usage, cost_usd, …} (state completed_with_denials: calls nobody answered were denied). The subagent \
         starts fresh: put everything it needs in the prompt. With background: true it returns \
         the session_id at once (use task_wait / task_result). Pass session_id to continue a \
         finished task. What it may do is bounded by the server's policy: your tools, allow and \
@@ -348,8 +356,8 @@ impl Server {
     }
 
     #[tool(
-        description = "The full result of a finished task (its whole output, status, failure \
-        reason, tokens, cost, transcript path) or plan (every step with its output).",
+        description = "The full result of a finished task (its whole result text, status, \
+        failure reason, tokens, cost, transcript path) or plan (every step with its result).",
         annotations(read_only_hint = true)
     )]
     async fn task_result(&self, Parameters(p): Parameters<IdParams>) -> CallToolResult {
@@ -375,8 +383,8 @@ impl Server {
         its depends_on completed, with its dependencies' results in its prompt; a failed step \
         fails its descendants. Give the plan as YAML text (plan) or a file in the project \
         (path), e.g.\nname: review\nsteps:\n  - {id: scan, prompt: \"List risky functions\"}\n  \
-        - {id: fix, prompt: \"Fix the first\", depends_on: [scan]}\nReturns every step's status \
-        and output, or with background: true the plan_id at once."
+        - {id: fix, prompt: \"Fix the first\", depends_on: [scan]}\nReturns the plan with every \
+        step's status and result, or with background: true the plan_id at once."
     )]
     async fn run_plan(
         &self,
@@ -402,7 +410,10 @@ impl Server {
             let req = self.svc.answer(&p.request_id, a, &self.caller).await?;
             let decision = if allow { "allowed" } else { "denied" };
             self.log.line(format_args!("request {} {decision}", req.id));
-            Ok(json!({"request_id": req.id, "decision": decision}))
+            // The request as every surface shows it, and what this answer did.
+            let mut v = serde_json::to_value(&req).unwrap_or_default();
+            v["decision"] = decision.into();
+            Ok(v)
         }
         .await;
         self.logged("approve", r)
@@ -429,17 +440,8 @@ impl Server {
             )));
         }
         match &state {
-            JobState::Task(r) => Ok(render::task_result(r)),
-            JobState::Plan(p) => {
-                let outputs: Vec<Option<String>> = p
-                    .steps
-                    .iter()
-                    .map(|s| {
-                        s.subagent_id.as_deref().and_then(|sid| self.svc.run(sid).ok()?.result)
-                    })
-                    .collect();
-                Ok(render::plan_result(p, &outputs))
-            }
+            JobState::Task(r) => Ok(render::task(r, None)),
+            JobState::Plan(p) => Ok(render::plan(&self.svc.plan(&p.id)?, None)),
             JobState::Error { .. } => Ok(self.render_status(&state)),
         }
     }
@@ -471,9 +473,7 @@ impl Server {
         ));
         if background {
             self.background.lock().unwrap_or_else(|p| p.into_inner()).insert(id.clone());
-            let mut v = self.render_status(&self.svc.status(&id)?);
-            v["session_id"] = id.into();
-            return Ok(v);
+            return Ok(self.render_status(&self.svc.status(&id)?));
         }
         self.finish(&id, ctx.ct).await;
         let r = self.result_of(&id);
@@ -496,8 +496,13 @@ impl Server {
         if p.max_concurrent.is_some_and(|n| !(1..=20).contains(&n)) {
             return Err(ApiError::invalid("max_concurrent: out of range (1-20)"));
         }
-        let spec =
-            PlanSpec { source, max_concurrent: p.max_concurrent.map(|n| n as usize), into: None };
+        let spec = PlanSpec {
+            source,
+            max_concurrent: p.max_concurrent.map(|n| n as usize),
+            into: None,
+            // A client answers with the `approve` tool (or a person with `herd approve`).
+            non_interactive: false,
+        };
         let started = self.svc.run_plan(&self.caller, spec).await?;
         self.log.line(format_args!("plan {} ({}) submitted", started.id, started.name));
         let id = started.id.clone();
@@ -506,9 +511,9 @@ impl Server {
         if p.background.unwrap_or(false) {
             self.background.lock().unwrap_or_else(|p| p.into_inner()).insert(id.clone());
             let status = self.svc.status(&id).map(|s| self.render_status(&s));
-            let mut v =
-                status.unwrap_or_else(|_| json!({"id": id, "kind": "plan", "status": "pending"}));
-            v["plan_id"] = id.into();
+            let v = status.unwrap_or_else(
+                |_| json!({"id": id, "kind": "plan", "plan_id": id, "status": "pending"}),
+            );
             return Ok(v);
         }
         self.finish(&id, ctx.ct).await;

@@ -1,4 +1,4 @@
--- 8: plans served by workers on several machines (used with PostgreSQL): a queued plan keeps
+-- 9: plans served by workers on several machines (used with PostgreSQL): a queued plan keeps
 -- its text (each worker loads it in its own project); a queued step has retries, required
 -- labels, and while claimed a lease (owner, expiry on the database's clock) and a fence that
 -- every claim bumps. Workers register and beat.

@@ -1,8 +1,8 @@
--- 7: a plan whose herd died with steps unfinished is `interrupted` (not `failed`): nothing of
+-- 8: a plan whose herd died with steps unfinished is `interrupted` (not `failed`): nothing of
 -- it runs, and `herd run --resume` runs what had not completed. The orchestrations table is
 -- rebuilt for its CHECK, as in migration 6 (rows copied in column order, index made again).
 
-CREATE TABLE orchestrations_v7 (
+CREATE TABLE orchestrations_v8 (
     id                  TEXT PRIMARY KEY,
     parent_session_id   TEXT NOT NULL REFERENCES sessions(id),
     name                TEXT NOT NULL,
@@ -22,9 +22,10 @@ CREATE TABLE orchestrations_v7 (
     owner_pid           INTEGER,
     owner_start_time    INTEGER,
     created_at          INTEGER NOT NULL,
-    completed_at        INTEGER
+    completed_at        INTEGER,
+    cancel_requested_at INTEGER
 );
-INSERT INTO orchestrations_v7 SELECT * FROM orchestrations;
+INSERT INTO orchestrations_v8 SELECT * FROM orchestrations;
 DROP TABLE orchestrations;
-ALTER TABLE orchestrations_v7 RENAME TO orchestrations;
+ALTER TABLE orchestrations_v8 RENAME TO orchestrations;
 CREATE INDEX idx_orchestrations_parent ON orchestrations(parent_session_id);
