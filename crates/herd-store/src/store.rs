@@ -469,7 +469,7 @@ fn refused(conn: &Db, id: &SubagentId, to: Option<Status>) -> StoreError {
             .opt("SELECT status FROM subagents WHERE id = ?1", vals![id.as_str()], |r| r.get(0))
         {
             Ok(c) => c,
-            Err(e) => return e.into(),
+            Err(e) => return e,
         };
     let Some(current) = current else { return StoreError::NotFound(id.to_string()) };
     let from: Status = match current.parse() {

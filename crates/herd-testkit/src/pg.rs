@@ -15,8 +15,26 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-/// Where PostgreSQL 15's server programs are (Debian's `postgresql-15`).
-const PG_BIN: &str = "/usr/lib/postgresql/15/bin";
+/// Where Debian keeps PostgreSQL's server programs, one directory per major version.
+const PG_LIB: &str = "/usr/lib/postgresql";
+
+/// The newest installed PostgreSQL's `bin/` (`HERD_TEST_PG_BIN` overrides).
+fn pg_bin() -> Option<PathBuf> {
+    if let Some(b) = std::env::var_os("HERD_TEST_PG_BIN") {
+        return Some(PathBuf::from(b));
+    }
+    let mut versions: Vec<(u32, PathBuf)> = std::fs::read_dir(PG_LIB)
+        .ok()?
+        .flatten()
+        .filter_map(|e| {
+            let v: u32 = e.file_name().to_str()?.parse().ok()?;
+            let bin = e.path().join("bin");
+            bin.join("initdb").exists().then_some((v, bin))
+        })
+        .collect();
+    versions.sort();
+    versions.pop().map(|(_, b)| b)
+}
 
 /// A database of its own for one test; dropped (connections and all) when this is.
 #[derive(Debug)]
@@ -77,7 +95,7 @@ fn admin_url() -> String {
         _ => off_runtime(cluster).unwrap_or_else(|e| {
             panic!(
                 "no PostgreSQL for tests: {e}. Set HERD_TEST_PG_URL to a server where this user \
-                 may CREATE DATABASE, or install Debian's postgresql-15 (`.ci/test` does)"
+                 may CREATE DATABASE, or install Debian's postgresql (`.ci/test` does)"
             )
         }),
     })
@@ -102,10 +120,8 @@ fn with_dbname(url: &str, db: &str) -> String {
 
 /// Start (or join) the shared throw-away cluster; returns its admin URL.
 fn cluster() -> Result<String, String> {
-    let bin = Path::new(PG_BIN);
-    if !bin.join("initdb").exists() {
-        return Err(format!("{} is missing", bin.join("initdb").display()));
-    }
+    let bin = pg_bin().ok_or_else(|| format!("no {PG_LIB}/*/bin/initdb"))?;
+    let bin = bin.as_path();
     let uid = nix_uid();
     let root = std::env::temp_dir().join(format!("herd-pg-{uid}"));
     let setup_path = std::env::temp_dir().join(format!("herd-pg-{uid}.setup.lock"));
