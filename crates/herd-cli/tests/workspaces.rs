@@ -655,3 +655,48 @@ fn ctrl_c_on_an_isolated_plan_keeps_the_unfinished_work_and_prune_will_not_drop_
     assert!(path.join("wip.txt").exists());
     assert_checkout_untouched(&w, &head);
 }
+
+#[test]
+fn a_resumed_isolated_plan_keeps_its_merged_steps_and_merges_the_rest_after_them() {
+    let w = world_or_skip!();
+    let head = init_repo(&w);
+    let mock = MockServer::shared();
+    bash_then_done("rsi_a", "echo from-a > a.txt", Duration::ZERO);
+    mock.script("rsi_b", Script::new().error(500, "the model broke"));
+    let plan = "defaults: {cli: claude, timeout: 60s, workspace: isolated, allow: [Bash]}\nsteps:\n\
+        \x20 - {id: a, prompt: \"SCENARIO=rsi_a go\"}\n\
+        \x20 - {id: b, prompt: \"SCENARIO=rsi_b go\", depends_on: [a]}\n";
+    let plan_file = w.state.parent().unwrap().join("rsi.yml");
+    std::fs::write(&plan_file, plan).unwrap();
+    let (code, v) = w.json(&["run", plan_file.to_str().unwrap(), "--json", "--into", "work/rsi"]);
+    assert_eq!(code, 1, "{v}");
+    assert_eq!(step(&v, "a")["status"], "completed", "{v}");
+    let id = v["id"].as_str().unwrap().to_owned();
+    let a_run = step(&v, "a")["subagent_id"].as_str().unwrap().to_owned();
+    let asked_a = mock.requests_for("rsi_a").len();
+
+    // A herd killed mid-plan leaves its integration worktree behind, the branch checked out.
+    let stale = w.work.parent().unwrap().join("work.herd-worktrees").join(&id).join(".integration");
+    git(&w.work, &["worktree", "add", stale.to_str().unwrap(), "work/rsi"]);
+
+    bash_then_done("rsi_b", "cat a.txt && echo from-b > b.txt", Duration::ZERO);
+    let (code, v) = w.json(&["run", "--resume", &id, "--json"]);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(mock.requests_for("rsi_a").len(), asked_a, "the completed step ran again");
+    assert_eq!(step(&v, "a")["subagent_id"], a_run.as_str(), "{v}");
+    assert_eq!(v["integration_branch"], "work/rsi", "{v}");
+    // a was merged once, by the first run; b after it, from a's merged work.
+    let log = git(&w.work, &["log", "--first-parent", "--format=%s", &format!("{head}..work/rsi")]);
+    let subjects: Vec<&str> = log.lines().rev().collect();
+    assert_eq!(subjects.len(), 2, "{log}");
+    assert!(subjects[0].starts_with("herd: merge step a"), "{log}");
+    assert!(subjects[1].starts_with("herd: merge step b"), "{log}");
+    let b_run = step(&v, "b")["subagent_id"].as_str().unwrap();
+    let out = w.events(b_run).into_iter().find(|e| e["kind"] == "tool_result").unwrap();
+    assert!(out["content"].as_str().unwrap().contains("from-a"), "{out}");
+    assert_eq!(git(&w.work, &["show", "work/rsi:b.txt"]), "from-b\n");
+    // b's second attempt has a worktree of its own; the failed first one's branch stays.
+    assert_eq!(step(&v, "b")["attempts"], 2, "{v}");
+    assert!(git(&w.work, &["branch", "--list", &format!("herd/{id}/b")]).contains("b"));
+    assert_checkout_untouched(&w, &head);
+}

@@ -69,6 +69,10 @@ pub struct PlanOptions {
 pub struct Resume {
     /// By step id.
     pub done: HashMap<String, PriorStep>,
+    /// The attempts the other steps already made, by step id: their attempts now count on
+    /// from there (an isolated attempt's worktree and branch are named by its number, and the
+    /// earlier ones stay for a person).
+    pub tried: HashMap<String, u32>,
 }
 
 /// A step completed by an earlier run of its plan.
@@ -352,6 +356,8 @@ impl Engine {
                             actions.extend(sched.on_finished(step, true));
                             continue;
                         }
+                        let tried = opts.resume.as_ref().and_then(|r| r.tried.get(&s.id));
+                        let attempt = attempt + tried.copied().unwrap_or(0);
                         let parts = step_parts(plan, step, &results, opts.summary_cap);
                         let mut req = step_request(s, &opts.requests[step], parts);
                         req.plan_step = Some((plan_id.clone(), s.id.clone()));

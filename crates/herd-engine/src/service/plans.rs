@@ -107,6 +107,11 @@ impl Service {
                 .ok_or_else(|| ApiError::not_found(format!("no plan {id}")))?;
             let steps = store.steps(&o.id)?;
             let mut done = HashMap::new();
+            let tried = steps
+                .iter()
+                .filter(|s| s.status != "completed" && s.attempts > 0)
+                .map(|s| (s.step_key.clone(), s.attempts))
+                .collect();
             for s in steps.iter().filter(|s| s.status == "completed") {
                 let run = s.subagent_id.as_deref().and_then(|r| r.parse().ok());
                 let Some(row) = run.and_then(|r| store.get(&r).ok().flatten()) else { continue };
@@ -121,12 +126,14 @@ impl Service {
                     },
                 );
             }
-            (o.name, o.id, resumable_text(&plan_json, &steps)?, done)
+            (o.name, o.id, resumable_text(&plan_json, &steps)?, Resume { done, tried })
         };
+        // Isolated steps merge where the completed ones did (`--into` is not in the plan).
+        let into = self.plan(&plan_id).ok().and_then(|p| p.integration_branch);
         let spec = PlanSpec {
             source: PlanSource::Text { name, text },
             max_concurrent,
-            into: None,
+            into,
             non_interactive,
         };
         let loaded = self.load_plan(caller, &spec)?;
@@ -136,7 +143,7 @@ impl Service {
                 "plan {plan_id} was taken up by another herd meanwhile"
             )));
         }
-        self.start_plan(loaded, spec, plan_id, Some(Resume { done })).await
+        self.start_plan(loaded, spec, plan_id, Some(done)).await
     }
 
     /// Refuse a plan that could never fit the pool.

@@ -120,6 +120,11 @@ impl Engine {
                 WorkspaceError::Io { path: root.display().to_string(), source }
             })?;
             let p = path.to_string_lossy().into_owned();
+            // Left by a herd that died while it ran this plan (a resumed plan keeps its id):
+            // its merges are commits on the branch, anything else in it was a merge cut short.
+            if path.exists() {
+                let _ = git.worktree(&["remove", "--force", &p]);
+            }
             let added = if git.branch_exists(&branch)? {
                 git.worktree(&["add", &p, &branch])
             } else {
