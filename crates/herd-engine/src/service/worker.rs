@@ -60,6 +60,19 @@ impl Service {
         };
         let loaded = self.load_plan(caller, &spec)?;
         let plan = &loaded.plan;
+        // Workers do not clone, push or merge yet: an isolated step would run unisolated.
+        if let Some(s) = plan
+            .steps
+            .iter()
+            .find(|s| s.workspace() == herd_core::workspace::WorkspaceMode::Isolated)
+        {
+            return Err(ApiError::invalid(format!(
+                "step {}: `workspace: isolated` is not served by workers yet (they do not clone \
+                 the repository or push step branches); run this plan without --store, or make \
+                 the step shared or locked",
+                s.id
+            )));
+        }
         let id = format!("pln_{}", SubagentId::generate());
         let steps: Vec<NewStep> = plan
             .steps
