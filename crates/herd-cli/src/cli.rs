@@ -21,6 +21,11 @@ pub struct Cli {
     #[arg(long, global = true, env = "HERD_STATE_DIR", hide_env_values = true, value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
 
+    /// The database: `sqlite` (under the state dir) or a postgres://… URL that several
+    /// machines share [default: `store:` in the config, else sqlite]
+    #[arg(long, global = true, env = "HERD_STORE_URL", hide_env_values = true, value_name = "URL")]
+    pub store: Option<String>,
+
     #[command(subcommand)]
     pub command: Command,
 }
@@ -65,6 +70,11 @@ pub enum Command {
     /// The git worktrees herd created for isolated steps: list, remove, prune
     #[command(subcommand)]
     Worktrees(WorktreesCommand),
+    /// Serve the plans of a shared PostgreSQL store: claim ready steps and run them here
+    /// (SIGTERM or SIGINT: finish the steps under way, take no new ones, exit)
+    Worker(WorkerArgs),
+    /// List the workers of a shared PostgreSQL store: host, labels, load, last heartbeat
+    Workers(WorkersArgs),
     /// Follow a subagent the daemon runs: its events live; answer its permission requests
     /// (y/n/a) and send it messages (any other line) from stdin; Ctrl-C detaches
     Attach(AttachArgs),
@@ -710,4 +720,28 @@ mod tests {
         assert!(parse_env("1X=y").is_err());
         assert!(parse_env("A-B=y").is_err());
     }
+}
+
+#[derive(Debug, Args)]
+pub struct WorkerArgs {
+    /// Steps run at once on this machine (1-20)
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=20))]
+    pub max_concurrent: u32,
+    /// This machine's labels (comma-separated): a step with `labels:` needs all of them
+    #[arg(long, value_delimiter = ',', value_name = "LABEL,...")]
+    pub labels: Vec<String>,
+    /// Exit once no step is ready for this worker and its own steps have ended
+    #[arg(long)]
+    pub drain: bool,
+    /// How long a step's lease lasts unless renewed (renewed every third of it); a dead
+    /// worker's steps are run again after it
+    #[arg(long, default_value = "15s", value_parser = humantime::parse_duration)]
+    pub lease: std::time::Duration,
+}
+
+#[derive(Debug, Args)]
+pub struct WorkersArgs {
+    /// Print JSON
+    #[arg(long)]
+    pub json: bool,
 }

@@ -60,6 +60,8 @@ pub struct StepFields {
     pub setup: Option<String>,
     /// For `isolated`: commit what the agent left uncommitted when it succeeds (default true).
     pub auto_commit: Option<bool>,
+    /// Served by workers (`herd worker`): only a worker with every one of these labels takes it.
+    pub labels: Option<Vec<String>>,
 }
 
 /// One step as written in the file.
@@ -191,7 +193,8 @@ fn merge(step: &StepFields, d: &StepFields) -> StepFields {
         wait,
         base,
         setup,
-        auto_commit
+        auto_commit,
+        labels
     );
     // A step that picks another cli does not inherit the default command line (or agent).
     if step.cli.as_deref().is_some_and(|c| c != "command") && step.command.is_none() {

@@ -35,6 +35,9 @@ pub struct ProjectConfig {
     /// How much of a run's output is stored (events, transcript, stderr log), e.g. `64MiB`
     /// [default: 64MiB]; past it output is dropped with an `output_limit` event.
     pub max_stored_output: Option<String>,
+    /// Where the database is: `sqlite` (the default, `.herd/herd.db`) or a `postgres://…` URL
+    /// shared by several machines (`HERD_STORE_URL` and `--store` override it).
+    pub store: Option<String>,
     #[serde(default)]
     pub permissions: PermissionsConfig,
     /// Hooks by event: `PreToolUse`, `PostToolUse`, `SubagentStart`, `SubagentStop`.
@@ -181,6 +184,7 @@ fn layer(under: ProjectConfig, over: ProjectConfig, keys: &serde_json::Value) ->
         default_cli: pick(set("default_cli"), under.default_cli, over.default_cli),
         max_concurrent: pick(set("max_concurrent"), under.max_concurrent, over.max_concurrent),
         max_queue: pick(set("max_queue"), under.max_queue, over.max_queue),
+        store: pick(set("store"), under.store, over.store),
         timeout: pick(set("timeout"), under.timeout, over.timeout),
         max_turns: pick(set("max_turns"), under.max_turns, over.max_turns),
         max_per_parent: pick(set("max_per_parent"), under.max_per_parent, over.max_per_parent),

@@ -15,13 +15,14 @@ use tokio::task::JoinSet;
 
 use crate::workspace::{IsolatedSpec, WorkspaceReq};
 
-mod contract;
+pub(crate) mod contract;
 mod isolation;
 mod request;
 use crate::run::{Ahead, Ended};
 use crate::slots::Slots;
 use crate::{Engine, EngineError, StopLevel, TaskReport};
 use contract::contract;
+pub(crate) use contract::contract as contract_of;
 use isolation::{Isolation, isolated_spec};
 use request::{step_parts, step_request};
 
@@ -613,4 +614,22 @@ impl Engine {
         });
         Ok(())
     }
+}
+
+/// Step `step` of `plan` as a worker runs it (a plan served through the store's queue): its
+/// request, with its dependencies' results (by key, as stored) as context.
+pub(crate) fn queued_step_request(
+    plan: &Plan,
+    step: usize,
+    base: &crate::TaskRequest,
+    results_by_key: &HashMap<String, String>,
+) -> crate::TaskRequest {
+    let results: HashMap<usize, String> = plan
+        .steps
+        .iter()
+        .enumerate()
+        .filter_map(|(i, s)| Some((i, results_by_key.get(&s.id)?.clone())))
+        .collect();
+    let parts = step_parts(plan, step, &results, DEFAULT_SUMMARY_CAP);
+    step_request(&plan.steps[step], base, parts)
 }

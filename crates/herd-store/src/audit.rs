@@ -1,10 +1,10 @@
 //! The permission gate's records: the audit log, pending permission requests answered from any
 //! terminal (`herd approve` / `herd deny`), and auto-approve revocation (`herd revoke`).
 
-use rusqlite::{Connection, OptionalExtension, params};
+use crate::db::{Db, Row, V, vals};
 use serde::Serialize;
 
-use crate::sql::{ACTIVE, Cached};
+use crate::sql::ACTIVE;
 use crate::{Result, Store, StoreError, now_ms};
 
 /// How long audit rows are kept by `herd gc` (seed 000: 90 days).
@@ -103,23 +103,23 @@ pub enum Answered {
     AlreadyDecided(String),
 }
 
-pub(crate) fn insert_audit(c: &Connection, a: &NewAudit) -> Result<()> {
+pub(crate) fn insert_audit(c: &Db, a: &NewAudit) -> Result<()> {
     let json = |v: &Option<serde_json::Value>| v.as_ref().map(|v| v.to_string());
     c.exec(
         "INSERT INTO audit_log (ts, event_type, severity, subagent_id, parent_session_id, tool,
              input_preview, input_sha256, decision, decided_by, rate_limit_state, details)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
-        params![
+        vals![
             now_ms(),
-            a.event_type,
-            a.severity,
-            a.subagent_id,
-            a.parent_session_id,
-            a.tool,
-            a.input_preview,
-            a.input_sha256,
-            a.decision,
-            a.decided_by,
+            &a.event_type,
+            &a.severity,
+            &a.subagent_id,
+            &a.parent_session_id,
+            &a.tool,
+            &a.input_preview,
+            &a.input_sha256,
+            &a.decision,
+            &a.decided_by,
             json(&a.rate_limit_state),
             json(&a.details),
         ],
@@ -127,18 +127,18 @@ pub(crate) fn insert_audit(c: &Connection, a: &NewAudit) -> Result<()> {
     Ok(())
 }
 
-pub(crate) fn insert_request(c: &Connection, r: &NewPermissionRequest) -> Result<()> {
+pub(crate) fn insert_request(c: &Db, r: &NewPermissionRequest) -> Result<()> {
     c.exec(
         "INSERT INTO permission_requests (id, subagent_id, cli_request_id, tool, input_preview,
              input_sha256, created_at, expires_at)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-        params![
-            r.id,
-            r.subagent_id,
-            r.cli_request_id,
-            r.tool,
-            r.input_preview,
-            r.input_sha256,
+        vals![
+            &r.id,
+            &r.subagent_id,
+            &r.cli_request_id,
+            &r.tool,
+            &r.input_preview,
+            &r.input_sha256,
             now_ms(),
             r.expires_at
         ],
@@ -147,29 +147,29 @@ pub(crate) fn insert_request(c: &Connection, r: &NewPermissionRequest) -> Result
 }
 
 /// Close a still-pending request (timeout, run ended) with `status`.
-pub(crate) fn close_request(c: &Connection, id: &str, status: &str, by: &str) -> Result<bool> {
+pub(crate) fn close_request(c: &Db, id: &str, status: &str, by: &str) -> Result<bool> {
     let n = c.exec(
         "UPDATE permission_requests SET status = ?2, decided_by = ?3, decided_at = ?4
          WHERE id = ?1 AND status = 'pending'",
-        params![id, status, by, now_ms()],
+        vals![id, status, by, now_ms()],
     )?;
     Ok(n > 0)
 }
 
-pub(crate) fn close_requests_of(c: &Connection, subagent: &str) -> Result<()> {
+pub(crate) fn close_requests_of(c: &Db, subagent: &str) -> Result<()> {
     c.exec(
         "UPDATE permission_requests SET status = 'cancelled', decided_by = 'run ended',
              decided_at = ?2
          WHERE subagent_id = ?1 AND status = 'pending'",
-        params![subagent, now_ms()],
+        vals![subagent, now_ms()],
     )?;
     Ok(())
 }
 
-pub(crate) fn set_auto_approve(c: &Connection, id: &str, on: bool) -> Result<()> {
+pub(crate) fn set_auto_approve(c: &Db, id: &str, on: bool) -> Result<()> {
     c.exec(
         "UPDATE subagents SET auto_approve_permissions = ?2 WHERE id = ?1",
-        params![id, on as i64],
+        vals![id, on as i64],
     )?;
     Ok(())
 }
@@ -180,7 +180,7 @@ const SELECT_REQUEST: &str =
     json_extract(s.spec, '$.plan.id'), json_extract(s.spec, '$.plan.step')
     FROM permission_requests r LEFT JOIN subagents s ON s.id = r.subagent_id";
 
-fn request_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<PermissionRequestRow> {
+fn request_row(r: &Row<'_>) -> Result<PermissionRequestRow> {
     Ok(PermissionRequestRow {
         id: r.get(0)?,
         subagent_id: r.get(1)?,
@@ -190,61 +190,64 @@ fn request_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<PermissionRequestRow> 
         created_at: r.get(5)?,
         expires_at: r.get(6)?,
         status: r.get(7)?,
-        always: r.get::<_, i64>(8)? != 0,
+        always: r.get(8)?,
         reason: r.get(9)?,
         decided_by: r.get(10)?,
-        run_name: r.get::<_, Option<String>>(11)?.unwrap_or_default(),
+        run_name: r.get::<Option<String>>(11)?.unwrap_or_default(),
         plan_id: r.get(12)?,
         step: r.get(13)?,
     })
 }
 
-/// The audit query for `f`, with only the filters that are set (bound as ?1 subagent, ?2 since,
-/// ?3 limit): `(?1 IS NULL OR subagent_id = ?1)` kept SQLite from using the index on
-/// (subagent_id, ts), and one run's entries were a scan of the whole log.
-fn audit_query(f: &AuditFilter) -> String {
+/// The audit query for `f` and its parameters, with only the filters that are set:
+/// `(?1 IS NULL OR subagent_id = ?1)` kept SQLite from using the index on (subagent_id, ts),
+/// and one run's entries were a scan of the whole log. Numbered as bound (PostgreSQL must
+/// know the type of every parameter it is given).
+fn audit_query(f: &AuditFilter) -> (String, Vec<V<'_>>) {
     let mut terms = Vec::new();
-    if f.subagent_id.is_some() {
-        terms.push("subagent_id = ?1");
+    let mut params = Vec::new();
+    if let Some(s) = &f.subagent_id {
+        params.push(V::from(s));
+        terms.push(format!("subagent_id = ?{}", params.len()));
     }
-    if f.since_ms.is_some() {
-        terms.push("ts >= ?2");
+    if let Some(t) = f.since_ms {
+        params.push(V::from(t));
+        terms.push(format!("ts >= ?{}", params.len()));
     }
     let filter =
         if terms.is_empty() { String::new() } else { format!("WHERE {}", terms.join(" AND ")) };
-    format!(
+    params.push(V::from(if f.limit == 0 { i64::MAX } else { f.limit as i64 }));
+    let sql = format!(
         "SELECT id, ts, event_type, severity, subagent_id, parent_session_id, tool,
              input_preview, input_sha256, decision, decided_by, rate_limit_state, details
-         FROM audit_log {filter} ORDER BY id LIMIT ?3"
-    )
+         FROM audit_log {filter} ORDER BY id LIMIT ?{}",
+        params.len()
+    );
+    (sql, params)
 }
 
 impl Store {
     /// Audit rows, oldest first.
     pub fn audit(&self, f: &AuditFilter) -> Result<Vec<AuditRow>> {
-        let mut stmt = self.conn.prepare(&audit_query(f))?;
+        let (sql, params) = audit_query(f);
         let json = |s: Option<String>| s.and_then(|s| serde_json::from_str(&s).ok());
-        let limit = if f.limit == 0 { i64::MAX } else { f.limit as i64 };
-        let rows = stmt
-            .query_map(params![f.subagent_id, f.since_ms, limit], |r| {
-                Ok(AuditRow {
-                    id: r.get(0)?,
-                    ts: r.get(1)?,
-                    event_type: r.get(2)?,
-                    severity: r.get(3)?,
-                    subagent_id: r.get(4)?,
-                    parent_session_id: r.get(5)?,
-                    tool: r.get(6)?,
-                    input_preview: r.get(7)?,
-                    input_sha256: r.get(8)?,
-                    decision: r.get(9)?,
-                    decided_by: r.get(10)?,
-                    rate_limit_state: json(r.get(11)?),
-                    details: json(r.get(12)?),
-                })
-            })?
-            .collect::<rusqlite::Result<_>>()?;
-        Ok(rows)
+        self.conn.query(&sql, &params, |r| {
+            Ok(AuditRow {
+                id: r.get(0)?,
+                ts: r.get(1)?,
+                event_type: r.get(2)?,
+                severity: r.get(3)?,
+                subagent_id: r.get(4)?,
+                parent_session_id: r.get(5)?,
+                tool: r.get(6)?,
+                input_preview: r.get(7)?,
+                input_sha256: r.get(8)?,
+                decision: r.get(9)?,
+                decided_by: r.get(10)?,
+                rate_limit_state: json(r.get(11)?),
+                details: json(r.get(12)?),
+            })
+        })
     }
 
     /// Write one audit entry from outside a run (`herd revoke`, `herd cancel`).
@@ -257,39 +260,39 @@ impl Store {
         if dry_run {
             let n: i64 = self.conn.one(
                 "SELECT COUNT(*) FROM audit_log WHERE ts < ?1",
-                [before_ms],
+                vals![before_ms],
                 |r| r.get(0),
             )?;
             return Ok(n as usize);
         }
-        Ok(self.conn.exec("DELETE FROM audit_log WHERE ts < ?1", [before_ms])?)
+        self.conn.exec("DELETE FROM audit_log WHERE ts < ?1", vals![before_ms])
     }
 
     /// Permission requests: pending ones (of one subagent, or all), newest last.
     pub fn pending_requests(&self, subagent: Option<&str>) -> Result<Vec<PermissionRequestRow>> {
-        let mut stmt = self.conn.prepare(&format!(
-            "{SELECT_REQUEST} WHERE r.status = 'pending' AND (?1 IS NULL OR r.subagent_id = ?1)
-             ORDER BY r.created_at"
-        ))?;
-        let rows = stmt.query_map([subagent], request_row)?.collect::<rusqlite::Result<_>>()?;
-        Ok(rows)
+        self.conn.query(
+            &format!(
+                "{SELECT_REQUEST} WHERE r.status = 'pending'
+                 AND (CAST(?1 AS TEXT) IS NULL OR r.subagent_id = ?1)
+                 ORDER BY r.created_at"
+            ),
+            vals![subagent],
+            request_row,
+        )
     }
 
     /// Every permission request of run `subagent`, oldest first.
     pub fn requests_of(&self, subagent: &str) -> Result<Vec<PermissionRequestRow>> {
-        let mut stmt = self
-            .conn
-            .prepare(&format!("{SELECT_REQUEST} WHERE r.subagent_id = ?1 ORDER BY r.created_at"))?;
-        let rows = stmt.query_map([subagent], request_row)?.collect::<rusqlite::Result<_>>()?;
-        Ok(rows)
+        self.conn.query(
+            &format!("{SELECT_REQUEST} WHERE r.subagent_id = ?1 ORDER BY r.created_at"),
+            vals![subagent],
+            request_row,
+        )
     }
 
     /// One request by exact id.
     pub fn permission_request(&self, id: &str) -> Result<Option<PermissionRequestRow>> {
-        Ok(self
-            .conn
-            .one(&format!("{SELECT_REQUEST} WHERE r.id = ?1"), [id], request_row)
-            .optional()?)
+        self.conn.opt(&format!("{SELECT_REQUEST} WHERE r.id = ?1"), vals![id], request_row)
     }
 
     /// The one request whose id starts with `prefix` (any status).
@@ -298,12 +301,11 @@ impl Store {
         if p.is_empty() || !p.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
             return Err(StoreError::NotFound(prefix.into()));
         }
-        let mut stmt = self.conn.prepare(
-            "SELECT id FROM permission_requests WHERE id >= ?1 AND id < ?1 || '~'
-             ORDER BY id LIMIT 6",
-        )?;
-        let ids: Vec<String> =
-            stmt.query_map([&p], |r| r.get(0))?.collect::<rusqlite::Result<_>>()?;
+        let sql = format!(
+            "SELECT id FROM permission_requests WHERE {} ORDER BY id LIMIT 6",
+            self.conn.prefix_of("id")
+        );
+        let ids: Vec<String> = self.conn.query(&sql, vals![&p], |r| r.get(0))?;
         match ids.as_slice() {
             [] => Err(StoreError::NotFound(prefix.into())),
             [one] => Ok(one.clone()),
@@ -325,7 +327,7 @@ impl Store {
             "UPDATE permission_requests
              SET status = ?2, always = ?3, reason = ?4, decided_by = ?5, decided_at = ?6
              WHERE id = ?1 AND status = 'pending'",
-            params![id, status, always as i64, reason, by, now_ms()],
+            vals![id, status, always as i64, reason, by, now_ms()],
         )?;
         if n > 0 {
             return Ok(Answered::Decided);
@@ -345,7 +347,7 @@ impl Store {
                      auto_approve_revoke_reason = COALESCE(auto_approve_revoke_reason, ?3)
                  WHERE id = ?1 AND {ACTIVE}"
             ),
-            params![id, now_ms(), reason],
+            vals![id, now_ms(), reason],
         )?;
         Ok(n > 0)
     }
@@ -354,22 +356,21 @@ impl Store {
     pub fn run_requests(&self, id: &str) -> Result<RunRequests> {
         Ok(self
             .conn
-            .one(
+            .opt(
                 "SELECT cancel_requested_at, auto_approve_revoke_reason, auto_approve_revoked_at
                  FROM subagents WHERE id = ?1",
-                [id],
+                vals![id],
                 |r| {
                     let revoked: Option<i64> = r.get(2)?;
                     Ok(RunRequests {
-                        cancel: r.get::<_, Option<i64>>(0)?.is_some(),
+                        cancel: r.get::<Option<i64>>(0)?.is_some(),
                         revoked: revoked
-                            .map(|_| r.get::<_, Option<String>>(1))
+                            .map(|_| r.get::<Option<String>>(1))
                             .transpose()?
                             .map(|reason| reason.unwrap_or_default()),
                     })
                 },
-            )
-            .optional()?
+            )?
             .unwrap_or_default())
     }
 }
@@ -392,9 +393,10 @@ mod tests {
         (dir, s)
     }
 
-    #[test]
-    fn audit_roundtrip_and_gc() {
-        let (_d, mut s) = store();
+    crate::testing::both_backends!(audit_roundtrip_and_gc, first_answer_wins);
+
+    fn audit_roundtrip_and_gc(fx: crate::testing::Fx) {
+        let mut s = fx.store();
         s.append_audit(&NewAudit {
             event_type: "permission_decision",
             severity: "info",
@@ -426,21 +428,15 @@ mod tests {
     fn one_runs_entries_are_found_through_their_index() {
         let (_d, s) = store();
         let f = AuditFilter { subagent_id: Some("a".into()), since_ms: Some(1), limit: 10 };
-        let plan: Vec<String> = s
-            .conn
-            .prepare(&format!("EXPLAIN QUERY PLAN {}", audit_query(&f)))
-            .unwrap()
-            .query_map(params![f.subagent_id, f.since_ms, 10], |r| r.get(3))
-            .unwrap()
-            .collect::<rusqlite::Result<_>>()
-            .unwrap();
+        let (sql, params) = audit_query(&f);
+        let plan: Vec<String> =
+            s.conn.query(&format!("EXPLAIN QUERY PLAN {sql}"), &params, |r| r.get(3)).unwrap();
         assert!(plan.iter().any(|p| p.contains("idx_audit_subagent")), "{plan:?}");
     }
 
-    #[test]
-    fn first_answer_wins() {
-        let (d, mut s) = store();
-        s.create_session("s1", "cli", d.path()).unwrap();
+    fn first_answer_wins(fx: crate::testing::Fx) {
+        let mut s = fx.store();
+        s.create_session("s1", "cli", fx.dir.path()).unwrap();
         let id = herd_core::SubagentId::generate();
         s.create_subagent(&crate::NewSubagent {
             id: id.clone(),

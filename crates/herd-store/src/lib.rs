@@ -2,11 +2,15 @@
 //! its migrations, the single batching event writer, and per-subagent transcripts.
 
 mod audit;
+mod db;
 mod migrate;
 mod model;
 mod plans;
+mod queue;
 mod sql;
 mod store;
+#[cfg(test)]
+mod testing;
 mod transcript;
 mod worktrees;
 mod writer;
@@ -15,11 +19,13 @@ pub use audit::{
     AUDIT_RETENTION_DAYS, Answered, AuditFilter, AuditRow, NewAudit, NewPermissionRequest,
     PermissionRequestRow, RunRequests,
 };
+pub use db::{Backend, redact};
 pub use model::{NewSubagent, StoredEvent, SubagentRow, Update};
 pub use plans::{
     ActivePlan, NewOrchestration, NewStep, OrchestrationRow, PlanEvent, PlanTotals, StepChange,
     StepRow, StepTally,
 };
+pub use queue::{Claim, QueuedStep, STEPS_CHANNEL, WorkerRow};
 pub use store::{OrphanCandidate, STATE_GITIGNORE, StatePaths, Store, orphaned_update};
 pub use transcript::{Meta, Transcript};
 pub use worktrees::{IsAlive, IsAliveFn, LockHolder, NewWorktree, WorktreeRow};
@@ -32,6 +38,11 @@ pub enum StoreError {
     Db { path: String, source: rusqlite::Error },
     #[error("{0}")]
     Sqlite(#[from] rusqlite::Error),
+    #[error("PostgreSQL at {url}: {source}")]
+    Pg { url: String, source: Box<tokio_postgres::Error> },
+    /// A statement PostgreSQL refused: what it said, and the statement's first line.
+    #[error("PostgreSQL: {message}{}", in_statement(.statement))]
+    Postgres { message: String, statement: Option<String> },
     #[error("{path}: {source}")]
     Io { path: String, source: std::io::Error },
     #[error("no subagent matches {0:?}")]
@@ -48,6 +59,16 @@ pub enum StoreError {
     Corrupt(String),
     #[error("the store writer stopped: {0}")]
     WriterGone(String),
+}
+
+impl From<tokio_postgres::Error> for StoreError {
+    fn from(e: tokio_postgres::Error) -> Self {
+        StoreError::Postgres { message: e.to_string(), statement: None }
+    }
+}
+
+fn in_statement(s: &Option<String>) -> String {
+    s.as_ref().map(|s| format!(" (in: {s})")).unwrap_or_default()
 }
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;

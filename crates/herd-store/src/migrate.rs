@@ -1,8 +1,9 @@
-//! Versioned schema migrations, tracked in SQLite's `user_version`.
+//! Versioned schema migrations, tracked in SQLite's `user_version` (PostgreSQL: `herd_schema`).
 //! Append new steps to `MIGRATIONS`; never edit a released one.
 
 use rusqlite::{Connection, OptionalExtension};
 
+use crate::db::{Db, vals};
 use crate::{Result, StoreError};
 
 const MIGRATIONS: &[&str] = &[
@@ -212,7 +213,74 @@ ALTER TABLE orchestrations ADD COLUMN cancel_requested_at INTEGER;
 "#,
     // 8: plans may be `interrupted` (their herd died with steps unfinished).
     include_str!("migrations/008_plan_interrupted.sql"),
+    // 9: plans served by workers (leases, fences, labels; the workers).
+    include_str!("migrations/009_queue.sql"),
 ];
+
+/// PostgreSQL's own text for the migrations (numbered from 1) whose SQLite text it cannot run
+/// as [`pg::ddl`](crate::db::pg::ddl) spells it: SQLite rebuilds a table to change a CHECK,
+/// PostgreSQL alters the constraint. Every other migration is the same schema in both.
+const POSTGRES_OWN: &[(usize, &str)] = &[
+    (
+        6,
+        "DROP INDEX idx_subagents_active;
+         CREATE INDEX idx_subagents_active ON subagents(status)
+             WHERE (status = 'pending' OR status = 'queued' OR status = 'running'
+                 OR status = 'waiting_for_merge');",
+    ),
+    (
+        8,
+        "ALTER TABLE orchestrations DROP CONSTRAINT orchestrations_status_check;
+         ALTER TABLE orchestrations ADD CONSTRAINT orchestrations_status_check
+             CHECK (status = 'pending' OR status = 'running' OR status = 'completed'
+                 OR status = 'failed' OR status = 'cancelled' OR status = 'interrupted');",
+    ),
+];
+
+/// Migration `n` (from 1) as PostgreSQL runs it.
+fn postgres_text(n: usize) -> String {
+    match POSTGRES_OWN.iter().find(|(i, _)| *i == n) {
+        Some((_, sql)) => (*sql).to_owned(),
+        None => crate::db::pg::ddl(MIGRATIONS[n - 1]),
+    }
+}
+
+/// The advisory lock one migrating process holds (others wait, then find the work done).
+const PG_MIGRATION_LOCK: i64 = 0x6865_7264_0001;
+
+/// Bring a PostgreSQL database up to the latest schema, one transaction per step.
+pub(crate) fn migrate_pg(db: &Db, shown: &str) -> Result<()> {
+    db.one("SELECT pg_advisory_lock(?1)::TEXT", vals![PG_MIGRATION_LOCK], |_| Ok(()))?;
+    let out = (|| {
+        db.batch("CREATE TABLE IF NOT EXISTS herd_schema (version BIGINT NOT NULL)")?;
+        let found: Option<i64> =
+            db.opt("SELECT version FROM herd_schema", vals![], |r| r.get(0))?;
+        let version = match found {
+            Some(v) => v,
+            None => {
+                db.exec("INSERT INTO herd_schema (version) VALUES (0)", vals![])?;
+                0
+            }
+        };
+        if version > LATEST {
+            return Err(StoreError::TooNew { path: shown.into(), found: version, known: LATEST });
+        }
+        for n in (version + 1)..=LATEST {
+            let sql = postgres_text(n as usize);
+            db.tx(|tx| {
+                tx.batch(&sql).map_err(|e| {
+                    StoreError::Corrupt(format!("{shown}: schema migration {n}: {e}"))
+                })?;
+                tx.exec("UPDATE herd_schema SET version = ?1", vals![n])?;
+                Ok(())
+            })?;
+        }
+        Ok(())
+    })();
+    let unlocked =
+        db.one("SELECT pg_advisory_unlock(?1)::TEXT", vals![PG_MIGRATION_LOCK], |_| Ok(()));
+    out.and(unlocked)
+}
 
 /// Migrations (numbered from 1) that rebuild tables. They run with foreign keys off: dropping a
 /// table others refer to would fail otherwise. They are checked before their commit instead.

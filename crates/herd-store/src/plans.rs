@@ -1,10 +1,9 @@
 //! Plan persistence: orchestrations, their steps (each with its delegation contract), and the
 //! per-plan event log with its own sequence. Written by the plan executor, read by `herd`.
 
-use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 
-use crate::sql::Cached;
+use crate::db::{Db, Row, vals};
 use crate::store::{ROW_COLS, row_at};
 use crate::{Result, Store, SubagentRow, now_ms};
 
@@ -111,53 +110,51 @@ pub struct NewOrchestration {
 }
 
 /// Persist a plan run and all its steps (`pending`), inside the caller's transaction.
-pub(crate) fn create_orchestration(tx: &Connection, o: &NewOrchestration) -> Result<()> {
+pub(crate) fn create_orchestration(tx: &Db, o: &NewOrchestration) -> Result<()> {
     let (id, steps) = (o.id.as_str(), &o.steps);
     let now = now_ms();
     tx.exec(
         "INSERT INTO orchestrations (id, parent_session_id, name, strategy, total_steps, plan,
                 source_file, owner_pid, owner_start_time, created_at)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-        params![
+        vals![
             id,
-            o.session,
-            o.name,
-            o.strategy,
+            &o.session,
+            &o.name,
+            &o.strategy,
             steps.len() as i64,
-            o.plan,
-            o.source_file,
+            &o.plan,
+            &o.source_file,
             o.owner_pid,
             o.owner_start_time.map(|v| v as i64),
             now
         ],
     )?;
-    {
-        let mut ins = tx.prepare(
+    for (i, s) in steps.iter().enumerate() {
+        tx.exec(
             "INSERT INTO orchestration_steps (id, orchestration_id, step_key, name, prompt, model,
                     working_directory, allowed_tools, depends_on, contract, sequence, created_at)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
-        )?;
-        for (i, s) in steps.iter().enumerate() {
-            ins.execute(params![
+            vals![
                 format!("{id}/{}", s.key),
                 id,
-                s.key,
-                s.name,
-                s.prompt,
-                s.model,
-                s.cwd,
+                &s.key,
+                &s.name,
+                &s.prompt,
+                &s.model,
+                &s.cwd,
                 s.tools.as_ref().map(|t| serde_json::to_string(t).unwrap_or_default()),
                 serde_json::to_string(&s.depends_on).unwrap_or_default(),
-                s.contract,
+                &s.contract,
                 i as i64,
                 now
-            ])?;
-        }
+            ],
+        )?;
     }
     tx.exec(
         "INSERT INTO plan_events (orchestration_id, seq, ts, kind, step_key, payload)
              VALUES (?1, 1, ?2, 'plan_created', NULL, ?3)",
-        params![id, now, serde_json::json!({"steps": steps.len()}).to_string()],
+        vals![id, now, serde_json::json!({"steps": steps.len()}).to_string()],
     )?;
     Ok(())
 }
@@ -188,7 +185,7 @@ impl StepChange {
 }
 
 /// Update a step's status (and optionally its subagent, reason, attempts); appends a plan event.
-pub(crate) fn set_step(tx: &Connection, c: &StepChange) -> Result<()> {
+pub(crate) fn set_step(tx: &Db, c: &StepChange) -> Result<()> {
     let (orch, key, status) = (c.orch.as_str(), c.key.as_str(), c.status.as_str());
     let (subagent, reason, attempt) = (c.subagent.as_deref(), c.reason.as_deref(), c.attempt);
     let now = now_ms();
@@ -200,7 +197,7 @@ pub(crate) fn set_step(tx: &Connection, c: &StepChange) -> Result<()> {
                 attempts = COALESCE(?6, attempts),
                 completed_at = CASE WHEN ?7 THEN ?8 ELSE completed_at END
              WHERE orchestration_id = ?1 AND step_key = ?2",
-        params![orch, key, status, subagent, reason, attempt, done, now],
+        vals![orch, key, status, subagent, reason, attempt, done, now],
     )?;
     let kind = match (status, attempt) {
         ("running", Some(a)) if a > 1 => "subagent_attempt",
@@ -229,7 +226,7 @@ pub struct PlanTotals {
 /// Set the plan's status and roll-ups (the step counts come from the run: counting them here
 /// read every step row, thousands at the end of a large plan).
 pub(crate) fn finish_orchestration(
-    tx: &Connection,
+    tx: &Db,
     orch: &str,
     status: &str,
     t: &PlanTotals,
@@ -241,7 +238,7 @@ pub(crate) fn finish_orchestration(
                 completed_steps = ?6, failed_steps = ?7,
                 completed_at = CASE WHEN ?8 THEN ?9 ELSE completed_at END
              WHERE id = ?1",
-        params![
+        vals![
             orch,
             status,
             t.cost_usd,
@@ -261,70 +258,68 @@ pub(crate) fn finish_orchestration(
 impl Store {
     /// Active plan runs with their owner's identity.
     pub fn active_orchestrations(&self) -> Result<Vec<ActivePlan>> {
-        let mut stmt = self.conn().prepare(
+        self.conn().query(
             "SELECT id, owner_pid, owner_start_time FROM orchestrations WHERE status IN ('pending','running')",
-        )?;
-        let rows = stmt
-            .query_map([], |r| {
+            vals![],
+            |r| {
                 Ok(ActivePlan {
                     id: r.get(0)?,
                     owner_pid: r.get(1)?,
-                    owner_start_time: r.get::<_, Option<i64>>(2)?.map(|v| v as u64),
+                    owner_start_time: r.get(2)?,
                 })
-            })?
-            .collect::<rusqlite::Result<_>>()?;
-        Ok(rows)
+            },
+        )
     }
 
     /// Mark a plan whose owner died `interrupted` (`herd run --resume` runs what had not
     /// completed), and its unfinished steps `failed(orphaned)` or, never started, cancelled.
     pub fn fail_orphaned_orchestration(&mut self, id: &str) -> Result<()> {
-        let tx = self.conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-        // Steps that were under way failed with their herd; those never started are cancelled.
-        tx.exec(
-            "UPDATE orchestration_steps SET status = 'failed', failure_reason = 'orphaned', completed_at = ?2
-             WHERE orchestration_id = ?1 AND status IN ('running','blocked')",
-            params![id, now_ms()],
-        )?;
-        tx.exec(
-            "UPDATE orchestration_steps SET status = 'cancelled', failure_reason = 'orphaned', completed_at = ?2
-             WHERE orchestration_id = ?1 AND status = 'pending'",
-            params![id, now_ms()],
-        )?;
-        // Status only: the cost and token roll-ups written so far stay.
-        tx.exec(
-            "UPDATE orchestrations SET status = 'interrupted', completed_at = ?2 WHERE id = ?1",
-            params![id, now_ms()],
-        )?;
-        append_plan_event(
-            &tx,
-            id,
-            now_ms(),
-            "plan_interrupted",
-            None,
-            &serde_json::json!({"reason": "orphaned"}),
-        )?;
-        tx.commit()?;
-        Ok(())
+        self.conn.tx(|tx| {
+            // Steps that were under way failed with their herd; those never started are cancelled.
+            tx.exec(
+                "UPDATE orchestration_steps SET status = 'failed', failure_reason = 'orphaned', completed_at = ?2
+                 WHERE orchestration_id = ?1 AND status IN ('running','blocked')",
+                vals![id, now_ms()],
+            )?;
+            tx.exec(
+                "UPDATE orchestration_steps SET status = 'cancelled', failure_reason = 'orphaned', completed_at = ?2
+                 WHERE orchestration_id = ?1 AND status = 'pending'",
+                vals![id, now_ms()],
+            )?;
+            // Status only: the cost and token roll-ups written so far stay.
+            tx.exec(
+                "UPDATE orchestrations SET status = 'interrupted', completed_at = ?2 WHERE id = ?1",
+                vals![id, now_ms()],
+            )?;
+            append_plan_event(
+                tx,
+                id,
+                now_ms(),
+                "plan_interrupted",
+                None,
+                &serde_json::json!({"reason": "orphaned"}),
+            )
+        })
     }
 
     /// The plan run with this exact id.
     pub fn orchestration(&self, id: &str) -> Result<Option<OrchestrationRow>> {
-        Ok(self
-            .conn()
-            .one(&format!("SELECT {ORCH_COLS} FROM orchestrations WHERE id = ?1"), [id], orch_row)
-            .optional()?)
+        self.conn().opt(
+            &format!("SELECT {ORCH_COLS} FROM orchestrations WHERE id = ?1"),
+            vals![id],
+            orch_row,
+        )
     }
 
     /// Plan runs, newest first: only those that have not ended unless `all`.
     pub fn orchestrations(&self, all: bool, limit: usize) -> Result<Vec<OrchestrationRow>> {
         let filter = if all { "" } else { " WHERE status = 'pending' OR status = 'running'" };
-        let mut stmt = self.conn().prepare(&format!(
-            "SELECT {ORCH_COLS} FROM orchestrations{filter} ORDER BY id DESC LIMIT ?1"
-        ))?;
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let rows = stmt.query_map([limit], orch_row)?.collect::<rusqlite::Result<_>>()?;
-        Ok(rows)
+        self.conn().query(
+            &format!("SELECT {ORCH_COLS} FROM orchestrations{filter} ORDER BY id DESC LIMIT ?1"),
+            vals![limit],
+            orch_row,
+        )
     }
 
     /// The one plan run whose id starts with `prefix` (`pln_…`, or the part after `pln_`).
@@ -335,11 +330,11 @@ impl Store {
         if tail.is_empty() || !herd_core::SubagentId::is_prefix_like(tail) {
             return Err(crate::StoreError::NotFound(prefix.into()));
         }
-        let mut stmt = self.conn().prepare(
-            "SELECT id FROM orchestrations WHERE id >= ?1 AND id < ?1 || '~' ORDER BY id LIMIT 6",
-        )?;
-        let ids: Vec<String> =
-            stmt.query_map([&p], |r| r.get(0))?.collect::<rusqlite::Result<_>>()?;
+        let sql = format!(
+            "SELECT id FROM orchestrations WHERE {} ORDER BY id LIMIT 6",
+            self.conn().prefix_of("id")
+        );
+        let ids: Vec<String> = self.conn().query(&sql, vals![&p], |r| r.get(0))?;
         match ids.as_slice() {
             [] => Err(crate::StoreError::NotFound(prefix.into())),
             [one] => Ok(one.clone()),
@@ -352,10 +347,7 @@ impl Store {
 
     /// The plan as it was run (its JSON text), for what its steps declare (outputs).
     pub fn orchestration_plan(&self, id: &str) -> Result<Option<String>> {
-        Ok(self
-            .conn()
-            .one("SELECT plan FROM orchestrations WHERE id = ?1", [id], |r| r.get(0))
-            .optional()?)
+        self.conn().opt("SELECT plan FROM orchestrations WHERE id = ?1", vals![id], |r| r.get(0))
     }
 
     /// Ask the herd that runs plan `id` to stop it; false if it had already ended.
@@ -363,7 +355,7 @@ impl Store {
         let n = self.conn().exec(
             "UPDATE orchestrations SET cancel_requested_at = COALESCE(cancel_requested_at, ?2)
              WHERE id = ?1 AND (status = 'pending' OR status = 'running')",
-            params![id, now_ms()],
+            vals![id, now_ms()],
         )?;
         if n > 0 {
             append_plan_event(
@@ -380,23 +372,23 @@ impl Store {
 
     /// Whether someone asked for plan `id` to stop.
     pub fn plan_cancel_requested(&self, id: &str) -> Result<bool> {
-        let v: Option<Option<i64>> = self
-            .conn()
-            .one("SELECT cancel_requested_at FROM orchestrations WHERE id = ?1", [id], |r| r.get(0))
-            .optional()?;
+        let v: Option<Option<i64>> = self.conn().opt(
+            "SELECT cancel_requested_at FROM orchestrations WHERE id = ?1",
+            vals![id],
+            |r| r.get(0),
+        )?;
         Ok(v.flatten().is_some())
     }
 
     /// How many of plan `orch`'s steps are in each status, and its runs' cost so far.
     pub fn step_tally(&self, orch: &str) -> Result<StepTally> {
         let mut t = StepTally::default();
-        let mut stmt = self.conn().prepare_cached(
+        let counts: Vec<(String, u32)> = self.conn().query(
             "SELECT status, count(*) FROM orchestration_steps WHERE orchestration_id = ?1
              GROUP BY status",
+            vals![orch],
+            |r| Ok((r.get(0)?, r.get(1)?)),
         )?;
-        let counts = stmt
-            .query_map([orch], |r| Ok((r.get::<_, String>(0)?, r.get::<_, u32>(1)?)))?
-            .collect::<rusqlite::Result<Vec<_>>>()?;
         for (status, n) in counts {
             match status.as_str() {
                 "pending" => t.pending = n,
@@ -408,10 +400,11 @@ impl Store {
             }
         }
         let (cost, input, output): (Option<f64>, Option<i64>, Option<i64>) = self.conn().one(
-            "SELECT sum(s.cost_usd), sum(s.input_tokens), sum(s.output_tokens)
+            "SELECT sum(s.cost_usd), CAST(sum(s.input_tokens) AS BIGINT),
+                    CAST(sum(s.output_tokens) AS BIGINT)
              FROM orchestration_steps st JOIN subagents s ON s.id = st.subagent_id
              WHERE st.orchestration_id = ?1",
-            [orch],
+            vals![orch],
             |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
         )?;
         t.cost_usd = cost.unwrap_or(0.0);
@@ -427,15 +420,16 @@ impl Store {
 
     /// A plan's steps in plan order, each with its latest run (none before it started).
     pub fn steps_with_runs(&self, orch: &str) -> Result<Vec<(StepRow, Option<SubagentRow>)>> {
-        let mut stmt = self.conn().prepare(&format!(
-            "SELECT st.step_key, st.name, st.status, st.failure_reason, st.subagent_id,
-                    st.attempts, st.sequence, st.depends_on, st.working_directory,
-                    st.completed_at, {ROW_COLS}
-             FROM orchestration_steps st LEFT JOIN subagents ON subagents.id = st.subagent_id
-             WHERE st.orchestration_id = ?1 ORDER BY st.sequence"
-        ))?;
-        let rows = stmt
-            .query_map([orch], |r| {
+        self.conn().query(
+            &format!(
+                "SELECT st.step_key, st.name, st.status, st.failure_reason, st.subagent_id,
+                        st.attempts, st.sequence, st.depends_on, st.working_directory,
+                        st.completed_at, {ROW_COLS}
+                 FROM orchestration_steps st LEFT JOIN subagents ON subagents.id = st.subagent_id
+                 WHERE st.orchestration_id = ?1 ORDER BY st.sequence"
+            ),
+            vals![orch],
+            |r| {
                 let depends: Option<String> = r.get(7)?;
                 let step = StepRow {
                     step_key: r.get(0)?,
@@ -451,14 +445,13 @@ impl Store {
                     working_directory: r.get(8)?,
                     completed_at: r.get(9)?,
                 };
-                let run = match r.get::<_, Option<String>>(STEP_COLS)? {
+                let run = match r.get::<Option<String>>(STEP_COLS)? {
                     Some(_) => Some(row_at(r, STEP_COLS)?),
                     None => None,
                 };
                 Ok((step, run))
-            })?
-            .collect::<rusqlite::Result<_>>()?;
-        Ok(rows)
+            },
+        )
     }
 
     /// Plan events after sequence number `after`, at most `limit`, in order.
@@ -468,13 +461,12 @@ impl Store {
         after: i64,
         limit: usize,
     ) -> Result<Vec<PlanEvent>> {
-        let mut stmt = self.conn().prepare_cached(
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.conn().query(
             "SELECT seq, ts, kind, step_key, payload FROM plan_events
              WHERE orchestration_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
-        )?;
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let rows = stmt
-            .query_map(params![orch, after, limit], |r| {
+            vals![orch, after, limit],
+            |r| {
                 Ok(PlanEvent {
                     seq: r.get(0)?,
                     ts: r.get(1)?,
@@ -482,42 +474,40 @@ impl Store {
                     step: r.get(3)?,
                     payload: r.get(4)?,
                 })
-            })?
-            .collect::<rusqlite::Result<_>>()?;
-        Ok(rows)
+            },
+        )
     }
 
     /// Take up a plan that ended unfinished (`interrupted`, `failed`, `cancelled`) again, owned
     /// by `owner` now: its steps that had not completed are `pending` again (their runs stay
     /// recorded), a `plan_resumed` event says which had. False if it is not in such a state.
     pub fn reopen_orchestration(&mut self, id: &str, owner: (u32, Option<u64>)) -> Result<bool> {
-        let tx = self.conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        self.conn.tx(|tx| {
         let n = tx.exec(
             "UPDATE orchestrations SET status = 'running', completed_at = NULL, owner_pid = ?2,
                     owner_start_time = ?3
              WHERE id = ?1 AND (status = 'interrupted' OR status = 'failed' OR status = 'cancelled')",
-            params![id, owner.0, owner.1.map(|v| v as i64)],
+            vals![id, owner.0, owner.1.map(|v| v as i64)],
         )?;
         if n == 0 {
             return Ok(false);
         }
-        let kept: Vec<String> = tx
-            .prepare(
-                "SELECT step_key FROM orchestration_steps
-                 WHERE orchestration_id = ?1 AND status = 'completed' ORDER BY sequence",
-            )?
-            .query_map([id], |r| r.get(0))?
-            .collect::<rusqlite::Result<_>>()?;
+        let kept: Vec<String> = tx.query(
+            "SELECT step_key FROM orchestration_steps
+             WHERE orchestration_id = ?1 AND status = 'completed' ORDER BY sequence",
+            vals![id],
+            |r| r.get(0),
+        )?;
         tx.exec(
             "UPDATE orchestration_steps SET status = 'pending', failure_reason = NULL,
                     completed_at = NULL
              WHERE orchestration_id = ?1 AND status != 'completed'",
-            [id],
+            vals![id],
         )?;
         let payload = serde_json::json!({"completed_steps": kept});
-        append_plan_event(&tx, id, now_ms(), "plan_resumed", None, &payload)?;
-        tx.commit()?;
+        append_plan_event(tx, id, now_ms(), "plan_resumed", None, &payload)?;
         Ok(true)
+        })
     }
 
     /// Plan events in order.
@@ -534,7 +524,7 @@ const ORCH_COLS: &str = "id, name, strategy, status, total_steps, completed_step
 /// The step columns before a step's run's in [`Store::steps_with_runs`].
 const STEP_COLS: usize = 10;
 
-fn orch_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<OrchestrationRow> {
+fn orch_row(r: &Row<'_>) -> Result<OrchestrationRow> {
     Ok(OrchestrationRow {
         id: r.get(0)?,
         name: r.get(1)?,
@@ -544,25 +534,30 @@ fn orch_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<OrchestrationRow> {
         completed_steps: r.get(5)?,
         failed_steps: r.get(6)?,
         cost_usd: r.get(7)?,
-        input_tokens: r.get::<_, i64>(8)? as u64,
-        output_tokens: r.get::<_, i64>(9)? as u64,
+        input_tokens: r.get(8)?,
+        output_tokens: r.get(9)?,
         created_at: r.get(10)?,
         completed_at: r.get(11)?,
         source_file: r.get(12)?,
         cancel_requested_at: r.get(13)?,
         owner_pid: r.get(14)?,
-        owner_start_time: r.get::<_, Option<i64>>(15)?.map(|v| v as u64),
+        owner_start_time: r.get(15)?,
     })
 }
 
-fn append_plan_event(
-    conn: &rusqlite::Connection,
+pub(crate) fn append_plan_event(
+    conn: &Db,
     orch: &str,
     ts: i64,
     kind: &str,
     step: Option<&str>,
     payload: &serde_json::Value,
 ) -> Result<()> {
+    if conn.is_pg() {
+        // Several processes (workers) add to one plan's log at once: one at a time per plan,
+        // until this transaction ends, so each reads the last number the other wrote.
+        conn.one("SELECT pg_advisory_xact_lock(hashtext(?1))::TEXT", vals![orch], |_| Ok(()))?;
+    }
     // `CAST(?1 AS TEXT)` in the subquery: with a bare `?1` SQLite (STAT4) re-prepares the
     // statement on every call.
     conn.exec(
@@ -570,7 +565,7 @@ fn append_plan_event(
          VALUES (?1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM plan_events
                       WHERE orchestration_id = CAST(?1 AS TEXT)),
                  ?2, ?3, ?4, ?5)",
-        params![orch, ts, kind, step, payload.to_string()],
+        vals![orch, ts, kind, step, payload.to_string()],
     )?;
     Ok(())
 }

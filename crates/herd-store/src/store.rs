@@ -7,20 +7,37 @@ use std::time::Duration;
 
 use herd_core::status::ALL_STATUSES;
 use herd_core::{AgentEvent, Decoded, FailureReason, Status, SubagentId, Usage};
-use rusqlite::{Connection, OptionalExtension, Row, params};
 
-use crate::sql::{ACTIVE, Cached};
+use crate::db::{Backend, Db, Row, V, vals};
+use crate::sql::ACTIVE;
 use crate::{NewSubagent, Result, StoreError, StoredEvent, SubagentRow, Update, migrate, now_ms};
 
 /// The files of one state dir (`.herd/` by default).
 #[derive(Debug, Clone)]
 pub struct StatePaths {
     pub root: PathBuf,
+    /// Where the database is: `herd.db` under `root` (the default), or PostgreSQL. Transcripts
+    /// stay under `root` on the machine that ran the agent either way.
+    pub store: Backend,
 }
 
 impl StatePaths {
     pub fn new(root: impl Into<PathBuf>) -> Self {
-        Self { root: root.into() }
+        Self { root: root.into(), store: Backend::Sqlite }
+    }
+
+    /// The same state dir with its database elsewhere (`--store`, `HERD_STORE_URL`).
+    pub fn with_store(mut self, store: Backend) -> Self {
+        self.store = store;
+        self
+    }
+
+    /// Where the database is, for messages.
+    pub fn db_shown(&self) -> String {
+        match &self.store {
+            Backend::Sqlite => self.db().display().to_string(),
+            b => b.shown(),
+        }
     }
     pub fn db(&self) -> PathBuf {
         self.root.join("herd.db")
@@ -54,14 +71,26 @@ pub struct OrphanCandidate {
 #[derive(Debug)]
 pub struct Store {
     paths: StatePaths,
-    pub(crate) conn: Connection,
+    pub(crate) conn: Db,
 }
 
-pub(crate) fn open_conn(paths: &StatePaths) -> Result<Connection> {
+/// A connection to the store's database, migrated to the latest schema.
+pub(crate) fn open_conn(paths: &StatePaths) -> Result<Db> {
+    match &paths.store {
+        Backend::Sqlite => open_sqlite(paths).map(Db::Lite),
+        Backend::Postgres(url) => {
+            let db = Db::Pg(crate::db::pg::PgConn::connect(url)?);
+            migrate::migrate_pg(&db, &crate::redact(url))?;
+            Ok(db)
+        }
+    }
+}
+
+fn open_sqlite(paths: &StatePaths) -> Result<rusqlite::Connection> {
     let db = paths.db();
     let shown = db.display().to_string();
     let wrap = |source| StoreError::Db { path: shown.clone(), source };
-    let mut conn = Connection::open(&db).map_err(wrap)?;
+    let mut conn = rusqlite::Connection::open(&db).map_err(wrap)?;
     conn.busy_timeout(Duration::from_secs(10)).map_err(wrap)?;
     // Switching a fresh database to WAL needs a moment of exclusive access; SQLite reports
     // "busy" at once instead of waiting when several processes open it at the same time.
@@ -108,8 +137,13 @@ impl Store {
         &self.paths
     }
 
-    pub(crate) fn conn(&self) -> &Connection {
+    pub(crate) fn conn(&self) -> &Db {
         &self.conn
+    }
+
+    /// Whether this store is shared through PostgreSQL.
+    pub fn is_postgres(&self) -> bool {
+        self.conn.is_pg()
     }
 
     /// SQLite's library version.
@@ -121,7 +155,7 @@ impl Store {
     pub fn create_session(&self, id: &str, kind: &str, cwd: &Path) -> Result<()> {
         self.conn.exec(
             "INSERT INTO sessions (id, kind, cwd, pid, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
-            params![id, kind, cwd.display().to_string(), std::process::id(), now_ms()],
+            vals![id, kind, cwd.display().to_string(), std::process::id(), now_ms()],
         )?;
         Ok(())
     }
@@ -130,25 +164,19 @@ impl Store {
     pub fn ensure_session(&self, id: &str, kind: &str, cwd: &Path) -> Result<()> {
         self.conn.exec(
             "INSERT OR IGNORE INTO sessions (id, kind, cwd, pid, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
-            params![id, kind, cwd.display().to_string(), std::process::id(), now_ms()],
+            vals![id, kind, cwd.display().to_string(), std::process::id(), now_ms()],
         )?;
         Ok(())
     }
 
     /// Persist a new subagent (status `pending`) and its `subagent_created` event.
     pub fn create_subagent(&mut self, n: &NewSubagent) -> Result<()> {
-        let tx = self.conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-        create_subagent(&tx, n)?;
-        tx.commit()?;
-        Ok(())
+        self.conn.tx(|tx| create_subagent(tx, n))
     }
 
     /// The subagent with this exact id.
     pub fn get(&self, id: &SubagentId) -> Result<Option<SubagentRow>> {
-        Ok(self
-            .conn
-            .one(&format!("{} WHERE id = ?1", select_row()), [id.as_str()], row)
-            .optional()?)
+        self.conn.opt(&format!("{} WHERE id = ?1", select_row()), vals![id.as_str()], row)
     }
 
     /// The one subagent whose id starts with `prefix`.
@@ -157,11 +185,11 @@ impl Store {
         if !SubagentId::is_prefix_like(&p) {
             return Err(StoreError::NotFound(prefix.into()));
         }
-        let mut stmt = self.conn.prepare(
-            "SELECT id FROM subagents WHERE id >= ?1 AND id < ?1 || '~' ORDER BY id LIMIT 6",
-        )?;
-        let ids: Vec<String> =
-            stmt.query_map([&p], |r| r.get(0))?.collect::<rusqlite::Result<_>>()?;
+        let sql = format!(
+            "SELECT id FROM subagents WHERE {} ORDER BY id LIMIT 6",
+            self.conn.prefix_of("id")
+        );
+        let ids: Vec<String> = self.conn.query(&sql, vals![&p], |r| r.get(0))?;
         match ids.as_slice() {
             [] => Err(StoreError::NotFound(prefix.into())),
             [one] => one.parse().map_err(|e| StoreError::Corrupt(format!("{e}"))),
@@ -172,10 +200,11 @@ impl Store {
     /// Subagents, newest first: only active ones unless `all`.
     pub fn list(&self, all: bool, limit: usize) -> Result<Vec<SubagentRow>> {
         let filter = if all { String::new() } else { format!(" WHERE {ACTIVE}") };
-        let mut stmt =
-            self.conn.prepare(&format!("{}{filter} ORDER BY id DESC LIMIT ?1", select_row()))?;
-        let rows = stmt.query_map([limit as i64], row)?.collect::<rusqlite::Result<_>>()?;
-        Ok(rows)
+        self.conn.query(
+            &format!("{}{filter} ORDER BY id DESC LIMIT ?1", select_row()),
+            vals![limit as i64],
+            row,
+        )
     }
 
     /// Events of a subagent with `seq > after`, in order.
@@ -185,38 +214,34 @@ impl Store {
         after: i64,
         limit: usize,
     ) -> Result<Vec<StoredEvent>> {
-        let mut stmt = self.conn.prepare_cached(
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.conn.query(
             "SELECT seq, ts, parent_tool_use_id, payload FROM events
              WHERE subagent_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
-        )?;
-        let mut out = Vec::new();
-        let mut rows = stmt.query(params![id.as_str(), after, limit as i64])?;
-        while let Some(r) = rows.next()? {
-            let payload: String = r.get(3)?;
-            let event =
-                serde_json::from_str(&payload).unwrap_or(AgentEvent::Unknown { raw: payload });
-            out.push(StoredEvent {
-                subagent_id: id.clone(),
-                seq: r.get(0)?,
-                ts: r.get(1)?,
-                parent_tool_use_id: r.get(2)?,
-                event,
-            });
-        }
-        Ok(out)
+            vals![id.as_str(), after, limit],
+            |r| {
+                let payload: String = r.get(3)?;
+                let event =
+                    serde_json::from_str(&payload).unwrap_or(AgentEvent::Unknown { raw: payload });
+                Ok(StoredEvent {
+                    subagent_id: id.clone(),
+                    seq: r.get(0)?,
+                    ts: r.get(1)?,
+                    parent_tool_use_id: r.get(2)?,
+                    event,
+                })
+            },
+        )
     }
 
     /// The tool the agent of run `id` called last (its own calls, not its subagents').
     pub fn last_tool_call(&self, id: &SubagentId) -> Result<Option<String>> {
-        let payload: Option<String> = self
-            .conn
-            .one(
-                "SELECT payload FROM events WHERE subagent_id = ?1 AND kind = 'tool_call'
-                 AND parent_tool_use_id IS NULL ORDER BY seq DESC LIMIT 1",
-                [id.as_str()],
-                |r| r.get(0),
-            )
-            .optional()?;
+        let payload: Option<String> = self.conn.opt(
+            "SELECT payload FROM events WHERE subagent_id = ?1 AND kind = 'tool_call'
+             AND parent_tool_use_id IS NULL ORDER BY seq DESC LIMIT 1",
+            vals![id.as_str()],
+            |r| r.get(0),
+        )?;
         Ok(payload.and_then(|p| match serde_json::from_str(&p) {
             Ok(AgentEvent::ToolCall { name, .. }) => Some(name),
             _ => None,
@@ -230,61 +255,47 @@ impl Store {
                 "UPDATE subagents SET cancel_requested_at = COALESCE(cancel_requested_at, ?2)
                  WHERE id = ?1 AND {ACTIVE}"
             ),
-            params![id.as_str(), now_ms()],
+            vals![id.as_str(), now_ms()],
         )?;
         Ok(n > 0)
     }
 
     /// Whether a cancel was requested for this run.
     pub fn cancel_requested(&self, id: &SubagentId) -> Result<bool> {
-        let v: Option<i64> = self.conn.one(
+        let v: Option<Option<i64>> = self.conn.opt(
             "SELECT cancel_requested_at FROM subagents WHERE id = ?1",
-            [id.as_str()],
+            vals![id.as_str()],
             |r| r.get(0),
         )?;
-        Ok(v.is_some())
+        Ok(v.flatten().is_some())
     }
 
     /// Active runs with their owner's and process's identity, for the orphan check.
     pub fn active_runs(&self) -> Result<Vec<OrphanCandidate>> {
-        let mut stmt = self.conn.prepare(&format!(
-            "SELECT id, owner_pid, owner_start_time, pid, pgid, process_start_time FROM subagents
-             WHERE {ACTIVE}"
-        ))?;
-        let rows = stmt
-            .query_map([], |r| {
+        self.conn.query(
+            &format!(
+                "SELECT id, owner_pid, owner_start_time, pid, pgid, process_start_time FROM subagents
+                 WHERE {ACTIVE}"
+            ),
+            vals![],
+            |r| {
                 let id: String = r.get(0)?;
-                Ok((
-                    id,
-                    r.get(1)?,
-                    r.get::<_, Option<i64>>(2)?,
-                    r.get(3)?,
-                    r.get(4)?,
-                    r.get::<_, Option<i64>>(5)?,
-                ))
-            })?
-            .collect::<rusqlite::Result<Vec<_>>>()?;
-        rows.into_iter()
-            .map(|(id, owner_pid, ost, pid, pgid, pst)| {
                 Ok(OrphanCandidate {
                     id: id.parse().map_err(|e| StoreError::Corrupt(format!("{e}")))?,
-                    owner_pid,
-                    owner_start_time: ost.map(|v| v as u64),
-                    pid,
-                    pgid,
-                    process_start_time: pst.map(|v| v as u64),
+                    owner_pid: r.get(1)?,
+                    owner_start_time: r.get(2)?,
+                    pid: r.get(3)?,
+                    pgid: r.get(4)?,
+                    process_start_time: r.get(5)?,
                 })
-            })
-            .collect()
+            },
+        )
     }
 
     /// Apply an update outside the writer (the CLI marking an orphan, say).
     pub fn update(&mut self, id: &SubagentId, u: &Update) -> Result<Vec<StoredEvent>> {
-        let tx = self.conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
         let mut seqs = HashMap::new();
-        let evs = apply_update(&tx, &mut seqs, id, u, now_ms())?;
-        tx.commit()?;
-        Ok(evs)
+        self.conn.tx(|tx| apply_update(tx, &mut seqs, id, u, now_ms()))
     }
 }
 
@@ -330,18 +341,16 @@ fn select_row() -> &'static str {
     SQL.get_or_init(|| format!("SELECT {ROW_COLS} FROM subagents"))
 }
 
-fn row(r: &Row<'_>) -> rusqlite::Result<SubagentRow> {
+fn row(r: &Row<'_>) -> Result<SubagentRow> {
     row_at(r, 0)
 }
 
 /// The subagent row whose [`ROW_COLS`] start at column `base`.
-pub(crate) fn row_at(r: &Row<'_>, base: usize) -> rusqlite::Result<SubagentRow> {
+pub(crate) fn row_at(r: &Row<'_>, base: usize) -> Result<SubagentRow> {
     let status: String = r.get(base + 4)?;
     let spec: String = r.get(base + 10)?;
     let failure: Option<String> = r.get(base + 14)?;
-    let u64_opt = |i: usize| -> rusqlite::Result<Option<u64>> {
-        Ok(r.get::<_, Option<i64>>(base + i)?.map(|v| v as u64))
-    };
+    let u64_opt = |i: usize| -> Result<Option<u64>> { r.get(base + i) };
     let at = |i: usize| base + i;
     Ok(SubagentRow {
         id: r.get(at(0))?,
@@ -362,10 +371,10 @@ pub(crate) fn row_at(r: &Row<'_>, base: usize) -> rusqlite::Result<SubagentRow> 
         native_session_id: r.get(at(15))?,
         num_turns: r.get(at(16))?,
         usage: Usage {
-            input_tokens: r.get::<_, i64>(at(17))? as u64,
-            output_tokens: r.get::<_, i64>(at(18))? as u64,
-            cache_creation_input_tokens: r.get::<_, i64>(at(19))? as u64,
-            cache_read_input_tokens: r.get::<_, i64>(at(20))? as u64,
+            input_tokens: r.get(at(17))?,
+            output_tokens: r.get(at(18))?,
+            cache_creation_input_tokens: r.get(at(19))?,
+            cache_read_input_tokens: r.get(at(20))?,
         },
         cost_usd: r.get(at(21))?,
         owner_pid: r.get(at(22))?,
@@ -387,20 +396,20 @@ pub(crate) fn row_at(r: &Row<'_>, base: usize) -> rusqlite::Result<SubagentRow> 
 }
 
 /// Insert a new subagent row (status `pending`) and its `subagent_created` event.
-pub(crate) fn create_subagent(tx: &Connection, n: &NewSubagent) -> Result<()> {
+pub(crate) fn create_subagent(tx: &Db, n: &NewSubagent) -> Result<()> {
     let now = now_ms();
     tx.exec(
         "INSERT INTO subagents (id, parent_session_id, name, cli, prompt, model, working_directory,
                 max_turns, timeout_ms, spec, owner_pid, owner_start_time, created_at)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
-        params![
+        vals![
             n.id.as_str(),
-            n.parent_session_id,
-            n.name,
-            n.cli,
-            n.prompt,
-            n.model,
-            n.working_directory,
+            &n.parent_session_id,
+            &n.name,
+            &n.cli,
+            &n.prompt,
+            &n.model,
+            &n.working_directory,
             n.max_turns,
             n.timeout_ms.map(|t| t as i64),
             n.spec.to_string(),
@@ -416,7 +425,7 @@ pub(crate) fn create_subagent(tx: &Connection, n: &NewSubagent) -> Result<()> {
 
 /// Insert one event row.
 pub(crate) fn insert_event(
-    conn: &Connection,
+    conn: &Db,
     id: &SubagentId,
     seq: i64,
     ts: i64,
@@ -424,17 +433,17 @@ pub(crate) fn insert_event(
 ) -> Result<()> {
     let payload =
         serde_json::to_string(&d.event).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-    conn.prepare_cached(
+    conn.exec(
         "INSERT INTO events (subagent_id, seq, ts, kind, parent_tool_use_id, payload)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-    )?
-    .execute(params![id.as_str(), seq, ts, d.event.kind(), d.parent_tool_use_id, payload])?;
+        vals![id.as_str(), seq, ts, d.event.kind(), &d.parent_tool_use_id, payload],
+    )?;
     Ok(())
 }
 
 /// The next sequence number for `id`, cached per connection.
 pub(crate) fn next_seq(
-    conn: &Connection,
+    conn: &Db,
     seqs: &mut HashMap<SubagentId, i64>,
     id: &SubagentId,
 ) -> Result<i64> {
@@ -446,7 +455,7 @@ pub(crate) fn next_seq(
     // every new id; the cast keeps the same plan (the index on (subagent_id, seq)).
     let max: i64 = conn.one(
         "SELECT COALESCE(MAX(seq), 0) FROM events WHERE subagent_id = CAST(?1 AS TEXT)",
-        [id.as_str()],
+        vals![id.as_str()],
         |r| r.get(0),
     )?;
     seqs.insert(id.clone(), max + 1);
@@ -454,14 +463,14 @@ pub(crate) fn next_seq(
 }
 
 /// Why an update of `id` changed no row: it does not exist, or its status may not become `to`.
-fn refused(conn: &Connection, id: &SubagentId, to: Option<Status>) -> StoreError {
-    let current: Option<String> = match conn
-        .one("SELECT status FROM subagents WHERE id = ?1", [id.as_str()], |r| r.get(0))
-        .optional()
-    {
-        Ok(c) => c,
-        Err(e) => return e.into(),
-    };
+fn refused(conn: &Db, id: &SubagentId, to: Option<Status>) -> StoreError {
+    let current: Option<String> =
+        match conn
+            .opt("SELECT status FROM subagents WHERE id = ?1", vals![id.as_str()], |r| r.get(0))
+        {
+            Ok(c) => c,
+            Err(e) => return e,
+        };
     let Some(current) = current else { return StoreError::NotFound(id.to_string()) };
     let from: Status = match current.parse() {
         Ok(s) => s,
@@ -478,26 +487,25 @@ fn refused(conn: &Connection, id: &SubagentId, to: Option<Status>) -> StoreError
 /// UPDATE itself (it only matches a row whose status may become the new one), so a change is
 /// one statement; only when it matched nothing is the row read, to say why.
 pub(crate) fn apply_update(
-    conn: &Connection,
+    conn: &Db,
     seqs: &mut HashMap<SubagentId, i64>,
     id: &SubagentId,
     u: &Update,
     ts: i64,
 ) -> Result<Vec<StoredEvent>> {
     let mut sets: Vec<&str> = Vec::new();
-    let mut vals: Vec<rusqlite::types::Value> = Vec::new();
-    let mut set = |col: &'static str, v: rusqlite::types::Value| {
+    let mut values: Vec<V<'_>> = Vec::new();
+    let mut set = |col: &'static str, v: V<'static>| {
         sets.push(col);
-        vals.push(v);
+        values.push(v);
     };
-    use rusqlite::types::Value as V;
-    let int = |v: i64| V::Integer(v);
+    let int = |v: i64| V::Int(v);
     if let Some(s) = u.status {
-        set("status", V::Text(s.as_str().into()));
+        set("status", V::from(s.as_str()));
     }
     if let Some(f) = &u.failure {
-        set("failure_reason", V::Text(f.to_string()));
-        set("failure", V::Text(serde_json::to_string(f).unwrap_or_default()));
+        set("failure_reason", V::from(f.to_string()));
+        set("failure", V::from(serde_json::to_string(f).unwrap_or_default()));
     }
     if let Some(v) = u.pid {
         set("pid", int(v.into()));
@@ -518,7 +526,7 @@ pub(crate) fn apply_update(
         set("closed_at", int(v));
     }
     if let Some(v) = &u.close_reason {
-        set("close_reason", V::Text(v.clone()));
+        set("close_reason", V::from(v.clone()));
     }
     if let Some(v) = u.exit_code {
         set("exit_code", int(v.into()));
@@ -527,13 +535,13 @@ pub(crate) fn apply_update(
         set("exit_signal", int(v.into()));
     }
     if let Some(v) = &u.native_session_id {
-        set("native_session_id", V::Text(v.clone()));
+        set("native_session_id", V::from(v.clone()));
     }
     if let Some(v) = &u.model {
-        set("model", V::Text(v.clone()));
+        set("model", V::from(v.clone()));
     }
     if let Some(v) = &u.result {
-        set("result_summary", V::Text(v.clone()));
+        set("result_summary", V::from(v.clone()));
     }
     if let Some(v) = u.result_truncated {
         set("result_truncated", int(v.into()));
@@ -552,9 +560,8 @@ pub(crate) fn apply_update(
     }
     if sets.is_empty() {
         // Events only: the row must exist.
-        let found = conn
-            .one("SELECT 1 FROM subagents WHERE id = ?1", [id.as_str()], |r| r.get::<_, i64>(0))
-            .optional()?;
+        let found =
+            conn.opt("SELECT 1 FROM subagents WHERE id = ?1", vals![id.as_str()], |_| Ok(()))?;
         if found.is_none() {
             return Err(StoreError::NotFound(id.to_string()));
         }
@@ -576,9 +583,9 @@ pub(crate) fn apply_update(
             assignments.join(", "),
             from.unwrap_or_default()
         );
-        let mut all = vec![V::Text(id.to_string())];
-        all.extend(vals);
-        if conn.exec(&sql, rusqlite::params_from_iter(all))? == 0 {
+        let mut all = vec![V::from(id.as_str())];
+        all.extend(values);
+        if conn.exec(&sql, &all)? == 0 {
             return Err(refused(conn, id, u.status));
         }
     }

@@ -2,10 +2,9 @@
 //! advisory directory locks, each acquired or refused in one SQLite transaction.
 
 use herd_core::workspace::{Hold, admits};
-use rusqlite::{Connection, OptionalExtension, Row, TransactionBehavior, params};
 use serde::Serialize;
 
-use crate::sql::Cached;
+use crate::db::{Db, Row, vals};
 use crate::{Result, Store, StoreError, now_ms};
 
 /// A worktree about to be created.
@@ -71,7 +70,7 @@ const SELECT_WT: &str = "SELECT id, kind, run_id, step_key, subagent_id, repo, r
     base, integration_branch, status, head, merge_commit, owner_pid, owner_start_time, created_at,
     merged_at, removed_at FROM worktrees";
 
-fn wt_row(r: &Row<'_>) -> rusqlite::Result<WorktreeRow> {
+fn wt_row(r: &Row<'_>) -> Result<WorktreeRow> {
     Ok(WorktreeRow {
         id: r.get(0)?,
         kind: r.get(1)?,
@@ -88,7 +87,7 @@ fn wt_row(r: &Row<'_>) -> rusqlite::Result<WorktreeRow> {
         head: r.get(12)?,
         merge_commit: r.get(13)?,
         owner_pid: r.get(14)?,
-        owner_start_time: r.get::<_, Option<i64>>(15)?.map(|v| v as u64),
+        owner_start_time: r.get(15)?,
         created_at: r.get(16)?,
         merged_at: r.get(17)?,
         removed_at: r.get(18)?,
@@ -96,38 +95,35 @@ fn wt_row(r: &Row<'_>) -> rusqlite::Result<WorktreeRow> {
 }
 
 /// The holders of locks on `path` (only the exclusive ones if `exclusive_only`), oldest first.
-fn holders(conn: &Connection, path: &str, exclusive_only: bool) -> Result<Vec<LockHolder>> {
+fn holders(conn: &Db, path: &str, exclusive_only: bool) -> Result<Vec<LockHolder>> {
     // Sorted here, not by ORDER BY: SQLite (with STAT4) re-prepares a statement that orders
     // rows found by an equality on a bound value every time the value changes.
-    let mut stmt = conn.prepare_cached(if exclusive_only {
+    let sql = if exclusive_only {
         "SELECT l.path, l.holder, l.lock_mode, l.owner_pid, l.owner_start_time, l.acquired_at
          FROM worktree_locks l WHERE l.path = ?1 AND l.lock_mode = 'exclusive'"
     } else {
         "SELECT l.path, l.holder, l.lock_mode, l.owner_pid, l.owner_start_time, l.acquired_at
          FROM worktree_locks l WHERE l.path = ?1"
+    };
+    let mut rows = conn.query(sql, vals![path], |r| {
+        Ok(LockHolder {
+            path: r.get(0)?,
+            holder: r.get(1)?,
+            mode: r.get(2)?,
+            owner_pid: r.get(3)?,
+            owner_start_time: r.get(4)?,
+            acquired_at: r.get(5)?,
+        })
     })?;
-    let mut rows = stmt
-        .query_map([path], |r| {
-            Ok(LockHolder {
-                path: r.get(0)?,
-                holder: r.get(1)?,
-                mode: r.get(2)?,
-                owner_pid: r.get(3)?,
-                owner_start_time: r.get::<_, Option<i64>>(4)?.map(|v| v as u64),
-                acquired_at: r.get(5)?,
-            })
-        })?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
     rows.sort_by_key(|h| h.acquired_at);
     Ok(rows)
 }
 
 /// A holder is live while its run is active and its owning herd process still runs.
-fn is_live(conn: &Connection, h: &LockHolder, alive: IsAlive<'_>) -> Result<bool> {
+fn is_live(conn: &Db, h: &LockHolder, alive: IsAlive<'_>) -> Result<bool> {
     // The status is compared here: an `IN (…)` list would build a temporary table per call.
-    let status: Option<String> = conn
-        .one("SELECT status FROM subagents WHERE id = ?1", [&h.holder], |r| r.get(0))
-        .optional()?;
+    let status: Option<String> =
+        conn.opt("SELECT status FROM subagents WHERE id = ?1", vals![&h.holder], |r| r.get(0))?;
     let active =
         matches!(status.as_deref(), Some("pending" | "queued" | "running" | "waiting_for_merge"));
     Ok(active && h.owner_pid.is_some_and(|p| alive(p, h.owner_start_time)))
@@ -137,7 +133,7 @@ fn is_live(conn: &Connection, h: &LockHolder, alive: IsAlive<'_>) -> Result<bool
 /// run ended or whose owning process is dead are reclaimed first; then the seed-000 table
 /// decides. `Ok(Err(holders))` names the live holders that block the request.
 pub(crate) fn acquire_lock(
-    conn: &Connection,
+    conn: &Db,
     path: &str,
     holder: &str,
     hold: Hold,
@@ -146,6 +142,11 @@ pub(crate) fn acquire_lock(
 ) -> Result<std::result::Result<(), Vec<LockHolder>>> {
     // Only an exclusive holder can block a shared or unlocked run (the seed-000 table): the
     // others need not be looked at, however many runs share the directory.
+    if conn.is_pg() {
+        // Several machines may take locks on one path at once: one at a time per path, until
+        // this transaction ends (SQLite's write transaction already is one at a time).
+        conn.one("SELECT pg_advisory_xact_lock(hashtext(?1))::TEXT", vals![path], |_| Ok(()))?;
+    }
     let mut live = Vec::new();
     for h in holders(conn, path, hold != Hold::Exclusive)? {
         if h.holder == holder {
@@ -156,7 +157,7 @@ pub(crate) fn acquire_lock(
         } else {
             conn.exec(
                 "DELETE FROM worktree_locks WHERE path = ?1 AND holder = ?2",
-                params![h.path, h.holder],
+                vals![&h.path, &h.holder],
             )?;
         }
     }
@@ -164,24 +165,27 @@ pub(crate) fn acquire_lock(
     if !admits(&held, hold) {
         return Ok(Err(live));
     }
-    conn.prepare_cached(
+    let upsert = if conn.is_pg() {
+        "INSERT INTO worktree_locks
+            (path, holder, lock_mode, owner_pid, owner_start_time, acquired_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+         ON CONFLICT (path, holder) DO UPDATE SET lock_mode = EXCLUDED.lock_mode,
+            owner_pid = EXCLUDED.owner_pid, owner_start_time = EXCLUDED.owner_start_time,
+            acquired_at = EXCLUDED.acquired_at"
+    } else {
         "INSERT OR REPLACE INTO worktree_locks
             (path, holder, lock_mode, owner_pid, owner_start_time, acquired_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-    )?
-    .execute(params![
-        path,
-        holder,
-        hold.as_str(),
-        owner.0,
-        owner.1.map(|t| t as i64),
-        now_ms()
-    ])?;
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)"
+    };
+    conn.exec(
+        upsert,
+        vals![path, holder, hold.as_str(), owner.0, owner.1.map(|t| t as i64), now_ms()],
+    )?;
     Ok(Ok(()))
 }
 
-pub(crate) fn release_locks(conn: &Connection, holder: &str) -> Result<usize> {
-    Ok(conn.prepare_cached("DELETE FROM worktree_locks WHERE holder = ?1")?.execute([holder])?)
+pub(crate) fn release_locks(conn: &Db, holder: &str) -> Result<usize> {
+    conn.exec("DELETE FROM worktree_locks WHERE holder = ?1", vals![holder])
 }
 
 impl Store {
@@ -191,18 +195,18 @@ impl Store {
             "INSERT INTO worktrees (id, kind, run_id, step_key, subagent_id, repo, root, path,
                 branch, base, integration_branch, owner_pid, owner_start_time, created_at)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
-            params![
-                w.id,
-                w.kind,
-                w.run_id,
-                w.step_key,
-                w.subagent_id,
-                w.repo,
-                w.root,
-                w.path,
-                w.branch,
-                w.base,
-                w.integration_branch,
+            vals![
+                &w.id,
+                &w.kind,
+                &w.run_id,
+                &w.step_key,
+                &w.subagent_id,
+                &w.repo,
+                &w.root,
+                &w.path,
+                &w.branch,
+                &w.base,
+                &w.integration_branch,
                 w.owner_pid,
                 w.owner_start_time.map(|t| t as i64),
                 now_ms()
@@ -226,7 +230,7 @@ impl Store {
                 merged_at = CASE WHEN ?2 = 'merged' THEN ?5 ELSE merged_at END,
                 removed_at = CASE WHEN ?2 = 'removed' THEN ?5 ELSE removed_at END
              WHERE id = ?1",
-            params![id, status, head, merge_commit, now],
+            vals![id, status, head, merge_commit, now],
         )?;
         if n == 0 {
             return Err(StoreError::NotFound(id.into()));
@@ -237,20 +241,14 @@ impl Store {
     /// Worktrees herd created, oldest first; removed ones only with `all`.
     pub fn worktrees(&self, all: bool) -> Result<Vec<WorktreeRow>> {
         let filter = if all { "" } else { " WHERE status != 'removed'" };
-        let mut stmt =
-            self.conn.prepare(&format!("{SELECT_WT}{filter} ORDER BY created_at, id"))?;
-        let rows = stmt.query_map([], wt_row)?.collect::<rusqlite::Result<_>>()?;
-        Ok(rows)
+        self.conn.query(&format!("{SELECT_WT}{filter} ORDER BY created_at, id"), vals![], wt_row)
     }
 
     /// The worktree with this id (or unique id prefix).
     pub fn worktree(&self, prefix: &str) -> Result<WorktreeRow> {
         let p = prefix.trim();
-        let mut stmt = self.conn.prepare(&format!(
-            "{SELECT_WT} WHERE id >= ?1 AND id < ?1 || '~' ORDER BY id LIMIT 6"
-        ))?;
-        let rows: Vec<WorktreeRow> =
-            stmt.query_map([p], wt_row)?.collect::<rusqlite::Result<_>>()?;
+        let sql = format!("{SELECT_WT} WHERE {} ORDER BY id LIMIT 6", self.conn.prefix_of("id"));
+        let rows: Vec<WorktreeRow> = self.conn.query(&sql, vals![p], wt_row)?;
         match rows.as_slice() {
             [] => Err(StoreError::NotFound(prefix.into())),
             [one] => Ok(one.clone()),
@@ -263,22 +261,20 @@ impl Store {
 
     /// The live (not removed) worktree herd made at `path`, if any.
     pub fn worktree_at(&self, path: &str) -> Result<Option<WorktreeRow>> {
-        Ok(self
-            .conn
-            .one(
-                &format!("{SELECT_WT} WHERE path = ?1 AND status != 'removed' LIMIT 1"),
-                [path],
-                wt_row,
-            )
-            .optional()?)
+        self.conn.opt(
+            &format!("{SELECT_WT} WHERE path = ?1 AND status != 'removed' LIMIT 1"),
+            vals![path],
+            wt_row,
+        )
     }
 
     /// The worktree of a subagent, if it ran in one.
     pub fn worktree_of(&self, subagent: &str) -> Result<Option<WorktreeRow>> {
-        Ok(self
-            .conn
-            .one(&format!("{SELECT_WT} WHERE subagent_id = ?1 LIMIT 1"), [subagent], wt_row)
-            .optional()?)
+        self.conn.opt(
+            &format!("{SELECT_WT} WHERE subagent_id = ?1 LIMIT 1"),
+            vals![subagent],
+            wt_row,
+        )
     }
 
     /// Take `hold` on `path` for run `holder`, in one transaction (see [`acquire_lock`]).
@@ -290,10 +286,7 @@ impl Store {
         owner: (u32, Option<u64>),
         alive: IsAlive<'_>,
     ) -> Result<std::result::Result<(), Vec<LockHolder>>> {
-        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let got = acquire_lock(&tx, path, holder, hold, owner, alive)?;
-        tx.commit()?;
-        Ok(got)
+        self.conn.tx(|tx| acquire_lock(tx, path, holder, hold, owner, alive))
     }
 
     /// Release every lock `holder` has.
@@ -303,33 +296,31 @@ impl Store {
 
     /// Drop lock rows whose holder is no longer live; returns how many.
     pub fn reclaim_locks(&mut self, alive: IsAlive<'_>) -> Result<usize> {
-        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let paths: Vec<String> = tx
-            .prepare("SELECT DISTINCT path FROM worktree_locks")?
-            .query_map([], |r| r.get(0))?
-            .collect::<rusqlite::Result<_>>()?;
-        let mut n = 0;
-        for p in paths {
-            for h in holders(&tx, &p, false)? {
-                if !is_live(&tx, &h, alive)? {
-                    n += tx.exec(
-                        "DELETE FROM worktree_locks WHERE path = ?1 AND holder = ?2",
-                        params![h.path, h.holder],
-                    )?;
+        self.conn.tx(|tx| {
+            let paths: Vec<String> =
+                tx.query("SELECT DISTINCT path FROM worktree_locks", vals![], |r| r.get(0))?;
+            let mut n = 0;
+            for p in paths {
+                for h in holders(tx, &p, false)? {
+                    if !is_live(tx, &h, alive)? {
+                        n += tx.exec(
+                            "DELETE FROM worktree_locks WHERE path = ?1 AND holder = ?2",
+                            vals![&h.path, &h.holder],
+                        )?;
+                    }
                 }
             }
-        }
-        tx.commit()?;
-        Ok(n)
+            Ok(n)
+        })
     }
 
     /// Every lock row, for display.
     pub fn locks(&self) -> Result<Vec<LockHolder>> {
-        let paths: Vec<String> = self
-            .conn
-            .prepare("SELECT DISTINCT path FROM worktree_locks ORDER BY path")?
-            .query_map([], |r| r.get(0))?
-            .collect::<rusqlite::Result<_>>()?;
+        let paths: Vec<String> = self.conn.query(
+            "SELECT DISTINCT path FROM worktree_locks ORDER BY path",
+            vals![],
+            |r| r.get(0),
+        )?;
         let mut out = Vec::new();
         for p in paths {
             out.extend(holders(&self.conn, &p, false)?);

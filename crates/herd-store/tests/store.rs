@@ -1,7 +1,63 @@
-//! Store integration tests: lifecycle rows, ordered events, checked transitions, prefixes.
+//! Store integration tests: lifecycle rows, ordered events, checked transitions, prefixes —
+//! each on both backends (`sqlite::…`, `postgres::…`, the latter on a fresh PostgreSQL database).
 
 use herd_core::{AgentEvent, Decoded, FailureReason, Status, SubagentId};
-use herd_store::{NewSubagent, StatePaths, Store, StoreError, Update, Writer, orphaned_update};
+use herd_store::{
+    Backend, NewSubagent, StatePaths, Store, StoreError, Update, Writer, orphaned_update,
+};
+
+/// Which database a test's store is in.
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    Sqlite,
+    Postgres,
+}
+
+/// A state dir and its database (dropped after the test).
+struct Fx {
+    dir: tempfile::TempDir,
+    paths: StatePaths,
+    _pg: Option<herd_testkit::PgDb>,
+}
+
+fn fx(kind: Kind) -> Fx {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = StatePaths::new(dir.path().join(".herd"));
+    match kind {
+        Kind::Sqlite => Fx { dir, paths, _pg: None },
+        Kind::Postgres => {
+            let pg = herd_testkit::pg_db();
+            let paths = paths.with_store(Backend::Postgres(pg.url.clone()));
+            Fx { dir, paths, _pg: Some(pg) }
+        }
+    }
+}
+
+/// Each test once per backend: `sqlite::name` and `postgres::name`.
+macro_rules! both {
+    (sync: $($s:ident),* ; async: $($a:ident),* $(,)?) => {
+        mod sqlite {
+            $( #[test] fn $s() { super::$s(super::Kind::Sqlite) } )*
+            $( #[tokio::test] async fn $a() { super::$a(super::Kind::Sqlite).await } )*
+        }
+        mod postgres {
+            $( #[test] fn $s() { super::$s(super::Kind::Postgres) } )*
+            $( #[tokio::test] async fn $a() { super::$a(super::Kind::Postgres).await } )*
+        }
+    };
+}
+
+both!(
+    sync: prefixes_resolve_uniquely, concurrent_first_opens_migrate_once,
+        locks_follow_the_table_release_and_reclaim_dead_holders,
+        lock_invariants_hold_under_random_sequences;
+    async: events_are_ordered_persisted_then_published_and_transitions_checked,
+        a_failing_append_loses_nothing_else_of_its_batch,
+        a_failing_update_is_undone_alone_and_the_rest_is_published_in_order,
+        a_queued_write_waited_for_now_is_stored_and_the_writer_goes_on,
+        a_run_marked_orphaned_has_its_waiting_requests_closed,
+        an_orphaned_plan_fails_its_running_steps_and_cancels_those_never_started,
+);
 
 fn new_sub(id: &SubagentId) -> NewSubagent {
     NewSubagent {
@@ -28,19 +84,18 @@ fn text(t: &str) -> Decoded {
 }
 
 /// A fresh store with session `s1` and one pending subagent.
-fn store_with_one_subagent() -> (tempfile::TempDir, StatePaths, Store, SubagentId) {
-    let dir = tempfile::tempdir().unwrap();
-    let paths = StatePaths::new(dir.path().join(".herd"));
+fn store_with_one_subagent(kind: Kind) -> (Fx, StatePaths, Store, SubagentId) {
+    let fx = fx(kind);
+    let paths = fx.paths.clone();
     let mut store = Store::open(paths.clone()).unwrap();
-    store.create_session("s1", "cli", dir.path()).unwrap();
+    store.create_session("s1", "cli", fx.dir.path()).unwrap();
     let id = SubagentId::generate();
     store.create_subagent(&new_sub(&id)).unwrap();
-    (dir, paths, store, id)
+    (fx, paths, store, id)
 }
 
-#[tokio::test]
-async fn events_are_ordered_persisted_then_published_and_transitions_checked() {
-    let (_dir, paths, mut store, id) = store_with_one_subagent();
+async fn events_are_ordered_persisted_then_published_and_transitions_checked(kind: Kind) {
+    let (_fx, paths, mut store, id) = store_with_one_subagent(kind);
 
     let writer = Writer::start(&paths).unwrap();
     let w = writer.handle();
@@ -101,9 +156,8 @@ async fn events_are_ordered_persisted_then_published_and_transitions_checked() {
     assert!(store.update(&id, &orphaned_update()).is_err());
 }
 
-#[tokio::test]
-async fn a_failing_append_loses_nothing_else_of_its_batch() {
-    let (_dir, paths, store, id) = store_with_one_subagent();
+async fn a_failing_append_loses_nothing_else_of_its_batch(kind: Kind) {
+    let (_fx, paths, store, id) = store_with_one_subagent(kind);
     let writer = Writer::start(&paths).unwrap();
     let w = writer.handle();
     // Queued back to back, so the writer takes them as one batch: the unknown subagent's
@@ -128,9 +182,8 @@ async fn a_failing_append_loses_nothing_else_of_its_batch() {
     assert!(store.events_after(&ghost, 0, 10).unwrap().is_empty());
 }
 
-#[tokio::test]
-async fn a_failing_update_is_undone_alone_and_the_rest_is_published_in_order() {
-    let (_dir, paths, store, id) = store_with_one_subagent();
+async fn a_failing_update_is_undone_alone_and_the_rest_is_published_in_order(kind: Kind) {
+    let (_fx, paths, store, id) = store_with_one_subagent(kind);
     let writer = Writer::start(&paths).unwrap();
     let w = writer.handle();
     let mut sub = w.subscribe();
@@ -165,9 +218,8 @@ async fn a_failing_update_is_undone_alone_and_the_rest_is_published_in_order() {
     assert_eq!(store.get(&id).unwrap().unwrap().status, Status::Running);
 }
 
-#[tokio::test]
-async fn a_queued_write_waited_for_now_is_stored_and_the_writer_goes_on() {
-    let (_dir, paths, store, id) = store_with_one_subagent();
+async fn a_queued_write_waited_for_now_is_stored_and_the_writer_goes_on(kind: Kind) {
+    let (_fx, paths, store, id) = store_with_one_subagent(kind);
     let writer = Writer::start(&paths).unwrap();
     let w = writer.handle();
     w.append(&id, vec![text("queued")]).await.unwrap();
@@ -183,11 +235,10 @@ async fn a_queued_write_waited_for_now_is_stored_and_the_writer_goes_on() {
     assert!(matches!(w.flush().await, Err(StoreError::WriterGone(_))));
 }
 
-#[test]
-fn prefixes_resolve_uniquely() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut store = Store::open(StatePaths::new(dir.path())).unwrap();
-    store.create_session("s1", "cli", dir.path()).unwrap();
+fn prefixes_resolve_uniquely(kind: Kind) {
+    let fx = fx(kind);
+    let mut store = Store::open(fx.paths.clone()).unwrap();
+    store.create_session("s1", "cli", fx.dir.path()).unwrap();
     let a = SubagentId::generate();
     store.create_subagent(&new_sub(&a)).unwrap();
     assert_eq!(store.resolve(&a.as_str()[..20]).unwrap(), a);
@@ -205,10 +256,9 @@ fn prefixes_resolve_uniquely() {
     assert_eq!(store.list(false, 10).unwrap().len(), 1);
 }
 
-#[test]
-fn concurrent_first_opens_migrate_once() {
-    let dir = tempfile::tempdir().unwrap();
-    let paths = StatePaths::new(dir.path().join(".herd"));
+fn concurrent_first_opens_migrate_once(kind: Kind) {
+    let fx = fx(kind);
+    let paths = fx.paths.clone();
     let handles: Vec<_> = (0..6)
         .map(|_| {
             let p = paths.clone();
@@ -220,12 +270,11 @@ fn concurrent_first_opens_migrate_once() {
     }
 }
 
-#[test]
-fn locks_follow_the_table_release_and_reclaim_dead_holders() {
+fn locks_follow_the_table_release_and_reclaim_dead_holders(kind: Kind) {
     use herd_core::workspace::Hold;
-    let dir = tempfile::tempdir().unwrap();
-    let mut store = Store::open(StatePaths::new(dir.path().join(".herd"))).unwrap();
-    store.create_session("s1", "cli", dir.path()).unwrap();
+    let fx = fx(kind);
+    let mut store = Store::open(fx.paths.clone()).unwrap();
+    store.create_session("s1", "cli", fx.dir.path()).unwrap();
     let ids: Vec<SubagentId> = (0..4).map(|_| SubagentId::generate()).collect();
     for id in &ids {
         store.create_subagent(&new_sub(id)).unwrap();
@@ -265,13 +314,12 @@ fn locks_follow_the_table_release_and_reclaim_dead_holders() {
 
 /// Random acquire/release sequences never leave an exclusive holder beside anyone else, and a
 /// refused request names live holders only.
-#[test]
-fn lock_invariants_hold_under_random_sequences() {
+fn lock_invariants_hold_under_random_sequences(kind: Kind) {
     use herd_core::workspace::Hold;
     use proptest::prelude::*;
-    let dir = tempfile::tempdir().unwrap();
-    let mut store = Store::open(StatePaths::new(dir.path().join(".herd"))).unwrap();
-    store.create_session("s1", "cli", dir.path()).unwrap();
+    let fx = fx(kind);
+    let mut store = Store::open(fx.paths.clone()).unwrap();
+    store.create_session("s1", "cli", fx.dir.path()).unwrap();
     let ids: Vec<SubagentId> = (0..4).map(|_| SubagentId::generate()).collect();
     for id in &ids {
         store.create_subagent(&new_sub(id)).unwrap();
@@ -312,9 +360,8 @@ fn lock_invariants_hold_under_random_sequences() {
         .unwrap();
 }
 
-#[tokio::test]
-async fn a_run_marked_orphaned_has_its_waiting_requests_closed() {
-    let (_dir, paths, mut store, id) = store_with_one_subagent();
+async fn a_run_marked_orphaned_has_its_waiting_requests_closed(kind: Kind) {
+    let (_fx, paths, mut store, id) = store_with_one_subagent(kind);
     let writer = Writer::start(&paths).unwrap();
     let w = writer.handle();
     w.update(&id, Update { status: Some(Status::Running), ..Update::default() }).await.unwrap();
@@ -339,9 +386,8 @@ async fn a_run_marked_orphaned_has_its_waiting_requests_closed() {
     writer.shutdown().await.unwrap();
 }
 
-#[tokio::test]
-async fn an_orphaned_plan_fails_its_running_steps_and_cancels_those_never_started() {
-    let (_dir, paths, mut store, _id) = store_with_one_subagent();
+async fn an_orphaned_plan_fails_its_running_steps_and_cancels_those_never_started(kind: Kind) {
+    let (_fx, paths, mut store, _id) = store_with_one_subagent(kind);
     let step = |key: &str| herd_store::NewStep {
         key: key.into(),
         name: key.into(),

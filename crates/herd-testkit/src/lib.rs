@@ -8,6 +8,7 @@ mod env;
 mod gemini;
 mod http;
 mod openai;
+mod pg;
 mod script;
 mod server;
 
@@ -20,5 +21,6 @@ pub use conversation::find_marker;
 pub use env::{
     CODEX_MOCK_MODEL, CODEX_MOCK_PROVIDER, claude_code_acp_env, claude_env, codex_env, gemini_env,
 };
+pub use pg::{PgDb, cluster_dir as pg_cluster_dir, pg_db};
 pub use script::{Reply, Script, Turn};
 pub use server::{Api, MockServer, RecordedRequest};

@@ -14,6 +14,7 @@ mod remote;
 mod serve;
 mod signals;
 mod task;
+mod worker;
 mod worktrees;
 
 use std::path::{Path, PathBuf};
@@ -29,6 +30,11 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         return Ok(completions(shell));
     }
     let state_dir = state::resolve(cli.state_dir.as_deref())?;
+    if let Some(s) = &cli.store {
+        let b = herd_engine::service::StoreBackend::parse(s)
+            .map_err(|e| anyhow::anyhow!("--store: {e}"))?;
+        let _ = STORE.set(b);
+    }
     match cli.command {
         Command::Task(args) => task::run(&state_dir, *args),
         Command::Run(args) => plan::run(&state_dir, args),
@@ -49,6 +55,8 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Serve(args) => serve::run(&state_dir, args),
         Command::Web(args) => serve::web(&state_dir, args),
         Command::Attach(args) => remote::attach(&state_dir, args),
+        Command::Worker(args) => worker::work(&state_dir, args),
+        Command::Workers(args) => worker::list(&state_dir, args),
         Command::Completions { .. } => unreachable!("answered before the state dir is resolved"),
     }
 }
@@ -61,9 +69,15 @@ pub fn completions(shell: clap_complete::Shell) -> u8 {
     crate::exit::COMPLETED
 }
 
+/// `--store` / `HERD_STORE_URL`, when given: it overrides the config's `store:`.
+static STORE: std::sync::OnceLock<herd_engine::service::StoreBackend> = std::sync::OnceLock::new();
+
 /// The service of `state_dir` as the project's config sets it up, for a command of `surface`.
 fn open_service(state_dir: &Path, surface: &str) -> anyhow::Result<Service> {
-    let opts = ServiceOptions::for_project(&state::project_root()?, surface)?;
+    let mut opts = ServiceOptions::for_project(&state::project_root()?, surface)?;
+    if let Some(b) = STORE.get() {
+        opts.store = b.clone();
+    }
     Ok(Service::open(state_dir, opts)?)
 }
 

@@ -50,11 +50,17 @@ pub fn run(state_dir: &Path, a: RunArgs) -> anyhow::Result<u8> {
         None if !opts.configured_max_concurrent => opts.max_concurrent = 20,
         None => {}
     }
+    if let Some(b) = super::STORE.get() {
+        opts.store = b.clone();
+    }
     let svc = Service::open(state_dir, opts)?;
     let caller = super::caller(format!("the terminal of herd pid {}", std::process::id()))?;
     if a.dry_run {
         let outline = svc.check_plan(&caller, &spec)?;
         return dry_run(&outline, a.json);
+    }
+    if svc.store_is_shared() && a.resume.is_none() {
+        return super::worker::submit_and_watch(&svc, &caller, spec, a.json);
     }
     let rt = super::runtime()?;
     // On a worker, not on this thread: the plan loop and its runs wake each other on every

@@ -9,7 +9,7 @@ use serde::Serialize;
 /// The seed-003 delegation contract of a step, as stored: typed and serialized at once (a
 /// `serde_json::Value` per step cost a tree of maps for each of thousands of steps), with its
 /// keys in alphabetical order, as the map-based form wrote them.
-pub(super) fn contract(plan_id: &str, plan: &Plan, i: usize, timeout: Duration) -> String {
+pub(crate) fn contract(plan_id: &str, plan: &Plan, i: usize, timeout: Duration) -> String {
     #[derive(Serialize)]
     struct Contract<'a> {
         execution: Execution<'a>,

@@ -124,9 +124,13 @@ fn store_code(e: &herd_store::StoreError) -> Code {
         S::NotFound(_) => Code::NotFound,
         S::Ambiguous { .. } => Code::InvalidArgument,
         S::Transition { .. } | S::TooNew { .. } => Code::FailedPrecondition,
-        S::Db { .. } | S::Sqlite(_) | S::Io { .. } | S::Corrupt(_) | S::WriterGone(_) => {
-            Code::Internal
-        }
+        S::Db { .. }
+        | S::Sqlite(_)
+        | S::Pg { .. }
+        | S::Postgres { .. }
+        | S::Io { .. }
+        | S::Corrupt(_)
+        | S::WriterGone(_) => Code::Internal,
     }
 }
 

@@ -18,6 +18,7 @@ mod request;
 mod tasks;
 mod views;
 mod watch;
+mod worker;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -30,6 +31,8 @@ pub use api::{
     WaitMode, WorkspaceSpec,
 };
 pub use error::{ApiError, Code};
+/// Where a service's database is (`--store`), and a worker as the shared store records it.
+pub use herd_store::{Backend as StoreBackend, WorkerRow};
 pub use jobs::{JobState, Waited};
 pub use plans::{PlanOutline, PlanStarted};
 pub use read::{AuditQuery, GcReport, Pruned, RunFilter};
@@ -40,6 +43,7 @@ pub use views::{
     StepView, WorktreeView,
 };
 pub use watch::Watch;
+pub use worker::{WorkerOptions, WorkerSummary};
 
 pub use crate::plan::{PlanReport, PlanUpdate, PriorStep, Resume, StepOutcome};
 pub use crate::{Progress, StopLevel};
@@ -68,6 +72,8 @@ pub struct ServiceOptions {
     /// `max_concurrent` came from the project's config (not a default).
     pub configured_max_concurrent: bool,
     pub engine: EngineConfig,
+    /// Where the database is (SQLite under the state dir unless a PostgreSQL URL is given).
+    pub store: herd_store::Backend,
 }
 
 impl ServiceOptions {
@@ -76,11 +82,21 @@ impl ServiceOptions {
     pub fn for_project(project_root: &Path, surface: &str) -> Result<Self, ApiError> {
         let cfg =
             crate::config::load(project_root).map_err(|e| ApiError::invalid(e.to_string()))?;
+        let store = match &cfg.store {
+            Some(s) => herd_store::Backend::parse(s).map_err(|e| {
+                ApiError::invalid(format!(
+                    "{}: store: {e}",
+                    project_root.join(".herd/config.yml").display()
+                ))
+            })?,
+            None => herd_store::Backend::Sqlite,
+        };
         let mut engine = EngineConfig::default();
         if let Some(t) = cfg.handshake_timeout().map_err(ApiError::invalid)? {
             engine.handshake_timeout = t;
         }
         Ok(Self {
+            store,
             surface: surface.into(),
             max_concurrent: cfg.max_concurrent.map_or(DEFAULT_MAX_CONCURRENT, |n| n as usize),
             max_queue: cfg.max_queue.map_or(DEFAULT_MAX_QUEUE, |n| n as usize),
@@ -100,6 +116,7 @@ impl Default for ServiceOptions {
             shared: false,
             configured_max_concurrent: false,
             engine: EngineConfig::default(),
+            store: herd_store::Backend::Sqlite,
         }
     }
 }
@@ -141,7 +158,7 @@ impl Service {
         guard: GuardCommand,
         opts: ServiceOptions,
     ) -> Result<Self, ApiError> {
-        let paths = StatePaths::new(state_dir);
+        let paths = StatePaths::new(state_dir).with_store(opts.store.clone());
         let engine = Engine::open(paths, guard, &opts.surface)?.with_config(opts.engine.clone());
         Ok(Self {
             inner: Arc::new(Inner {

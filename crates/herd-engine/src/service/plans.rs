@@ -53,10 +53,10 @@ pub struct OutlineStep {
 }
 
 /// A validated plan and each step's resolved request.
-struct Loaded {
-    plan: Plan,
-    requests: Vec<TaskRequest>,
-    source_file: Option<String>,
+pub(super) struct Loaded {
+    pub(super) plan: Plan,
+    pub(super) requests: Vec<TaskRequest>,
+    pub(super) source_file: Option<String>,
     /// The project's `max_per_parent`.
     per_parent: Option<u32>,
 }
@@ -239,7 +239,7 @@ impl Service {
         }
     }
 
-    fn load_plan(&self, caller: &Caller, spec: &PlanSpec) -> Result<Loaded, ApiError> {
+    pub(super) fn load_plan(&self, caller: &Caller, spec: &PlanSpec) -> Result<Loaded, ApiError> {
         let (file, text, base_dir, source_file) = match &spec.source {
             PlanSource::File(p) => {
                 let path = caller.path(p, "plan")?;

@@ -34,7 +34,7 @@ enum Done {
 }
 
 pub(super) fn run(
-    conn: rusqlite::Connection,
+    conn: crate::db::Db,
     mut rx: mpsc::Receiver<Cmd>,
     publisher: broadcast::Sender<Arc<StoredEvent>>,
     committed: tokio::sync::watch::Sender<u64>,
@@ -112,23 +112,15 @@ fn gather(rx: &mut mpsc::Receiver<Cmd>, batch: &mut Vec<Cmd>, watched: bool) {
 }
 
 /// Run `f` in one immediate transaction; rolled back if it or the commit fails.
-fn transaction<T>(
-    conn: &rusqlite::Connection,
-    f: impl FnOnce(&rusqlite::Connection) -> Result<T>,
-) -> Result<T> {
-    let out = fixed(conn, "BEGIN IMMEDIATE").and_then(|()| f(conn));
-    let out = out.and_then(|v| fixed(conn, "COMMIT").map(|()| v));
-    if out.is_err() && !conn.is_autocommit() {
-        let _ = conn.execute_batch("ROLLBACK");
-    }
-    out
+fn transaction<T>(conn: &crate::db::Db, f: impl FnOnce(&crate::db::Db) -> Result<T>) -> Result<T> {
+    conn.tx(f)
 }
 
 /// Run every command of `batch` in the open transaction. Not `guarded`, the first failure
 /// ends the batch with that error (the caller rolls back and runs it again guarded); guarded,
 /// each command runs in its own savepoint, and one that fails is undone alone.
 fn apply(
-    tx: &rusqlite::Connection,
+    tx: &crate::db::Db,
     batch: &[Cmd],
     seqs: &mut HashMap<SubagentId, i64>,
     guarded: bool,
@@ -248,7 +240,7 @@ fn settle(
 /// Store `events` of `id` in order; serialized here, since the producer (decoding) is the
 /// busier side. Returns the first event's sequence number (they are consecutive).
 fn append(
-    tx: &rusqlite::Connection,
+    tx: &crate::db::Db,
     seqs: &mut HashMap<SubagentId, i64>,
     id: &SubagentId,
     ts: i64,
@@ -265,7 +257,6 @@ fn append(
 
 /// A statement without parameters (transaction control, savepoints), prepared once per
 /// connection: each batch runs several.
-fn fixed(tx: &rusqlite::Connection, sql: &str) -> Result<()> {
-    tx.prepare_cached(sql)?.execute([])?;
-    Ok(())
+fn fixed(tx: &crate::db::Db, sql: &str) -> Result<()> {
+    tx.fixed(sql)
 }

@@ -15,7 +15,7 @@ mod batch;
 
 /// A write run on the writer's connection. `Fn`, not `FnOnce`: a batch in which one write
 /// failed is rolled back and run again, each write then in its own savepoint.
-type Job = Box<dyn Fn(&rusqlite::Connection) -> Result<()> + Send>;
+type Job = Box<dyn Fn(&crate::db::Db) -> Result<()> + Send>;
 
 enum Cmd {
     Append {
@@ -258,10 +258,7 @@ impl WriterHandle {
     }
 
     /// Run `f` on the writer's connection, in order with everything else; waits for the commit.
-    async fn exec(
-        &self,
-        f: impl Fn(&rusqlite::Connection) -> Result<()> + Send + 'static,
-    ) -> Result<()> {
+    async fn exec(&self, f: impl Fn(&crate::db::Db) -> Result<()> + Send + 'static) -> Result<()> {
         self.send_job(Box::new(f), true).await?.committed().await
     }
 

@@ -1,0 +1,330 @@
+//! `herd worker` and plans submitted to workers: submit a plan to the shared store's queue,
+//! and serve that queue — claim ready steps, run each as a task here, renew leases, drain.
+//!
+//! A worker sleeps in `LISTEN herd_steps` (a thread of its own forwards notifications) and
+//! wakes on a notification, a run's end, or its heartbeat, whichever comes first. Each step's
+//! run is started by this process's guards, so a worker killed with `kill -9` leaves no agent
+//! behind; its leases expire and another worker (any of them sweeps) re-queues its steps.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use herd_core::plan::Plan;
+use herd_core::{Status, SubagentId};
+use herd_store::{Claim, NewOrchestration, NewStep, QueuedStep, Store};
+use tokio::sync::{Notify, watch};
+use tokio::task::JoinSet;
+
+use super::api::{Caller, PlanSource, PlanSpec};
+use super::{ApiError, Service};
+use crate::StopLevel;
+
+/// How a worker runs.
+#[derive(Debug, Clone)]
+pub struct WorkerOptions {
+    /// This worker's id (`wrk_…` on `host`).
+    pub id: String,
+    pub host: String,
+    /// Steps it runs at once.
+    pub max_concurrent: usize,
+    /// Labels it has (a step may require some).
+    pub labels: Vec<String>,
+    /// How long a lease lasts without renewal; renewed every third of it.
+    pub lease: Duration,
+    /// Exit once no step is ready for it and none of its own runs (`herd worker --drain`).
+    pub exit_when_idle: bool,
+}
+
+/// What a worker did.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct WorkerSummary {
+    pub id: String,
+    pub ran: usize,
+    pub completed: usize,
+    pub failed: usize,
+    /// Steps whose lease it lost before it finished (their results were not recorded).
+    pub lost: usize,
+}
+
+impl Service {
+    /// Validate plan `spec` as `herd run` would, then store it for workers: returns its id.
+    pub async fn submit_plan(&self, caller: &Caller, spec: PlanSpec) -> Result<String, ApiError> {
+        let text = match &spec.source {
+            PlanSource::Text { text, .. } => text.clone(),
+            PlanSource::File(p) => {
+                let path = caller.path(p, "plan")?;
+                std::fs::read_to_string(&path)
+                    .map_err(|e| ApiError::invalid(format!("plan {}: {e}", path.display())))?
+            }
+        };
+        let loaded = self.load_plan(caller, &spec)?;
+        let plan = &loaded.plan;
+        // Workers do not clone, push or merge yet: an isolated step would run unisolated.
+        if let Some(s) = plan
+            .steps
+            .iter()
+            .find(|s| s.workspace() == herd_core::workspace::WorkspaceMode::Isolated)
+        {
+            return Err(ApiError::invalid(format!(
+                "step {}: `workspace: isolated` is not served by workers yet (they do not clone \
+                 the repository or push step branches); run this plan without --store, or make \
+                 the step shared or locked",
+                s.id
+            )));
+        }
+        let id = format!("pln_{}", SubagentId::generate());
+        let steps: Vec<NewStep> = plan
+            .steps
+            .iter()
+            .zip(&loaded.requests)
+            .enumerate()
+            .map(|(i, (s, req))| NewStep {
+                key: s.id.clone(),
+                name: s.fields.name.clone().unwrap_or_else(|| s.id.clone()),
+                prompt: s.fields.prompt.clone().unwrap_or_default(),
+                model: s.fields.model.clone(),
+                cwd: Some(req.cwd.display().to_string()),
+                tools: s.fields.tools.clone(),
+                depends_on: s.depends_on.clone(),
+                contract: crate::plan::contract_of(&id, plan, i, req.timeout),
+            })
+            .collect();
+        let queued: Vec<QueuedStep> = plan
+            .steps
+            .iter()
+            .map(|s| QueuedStep {
+                retries: s.fields.retries.unwrap_or(0),
+                labels: s.fields.labels.clone().unwrap_or_default(),
+            })
+            .collect();
+        let session = self.engine.session_of(&crate::RunCaller::of(caller))?;
+        let (pid, start) = self.engine.owner();
+        let o = NewOrchestration {
+            id: id.clone(),
+            session,
+            name: plan.name.clone(),
+            strategy: format!("{:?}", plan.strategy).to_lowercase(),
+            plan: serde_json::to_string(plan).unwrap_or_default(),
+            source_file: loaded.source_file.clone(),
+            steps,
+            owner_pid: pid,
+            owner_start_time: start,
+        };
+        self.engine.store().submit_orchestration(&o, &text, &queued)?;
+        Ok(id)
+    }
+
+    /// Serve the queue until `drain` turns true and the steps under way have ended.
+    pub async fn work(
+        &self,
+        caller: &Caller,
+        opts: WorkerOptions,
+        mut drain: watch::Receiver<bool>,
+    ) -> Result<WorkerSummary, ApiError> {
+        let lease_ms = opts.lease.as_millis() as i64;
+        let beat = opts.lease / 3;
+        self.engine.store().register_worker(
+            &opts.id,
+            &opts.host,
+            &opts.labels,
+            opts.max_concurrent as u32,
+        )?;
+        let woken = Arc::new(Notify::new());
+        let stop_listening = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        listen(self.engine.paths().clone(), Arc::clone(&woken), Arc::clone(&stop_listening))?;
+        let mut plans: HashMap<String, Arc<Loaded>> = HashMap::new();
+        let mut running: JoinSet<(Claim, Result<Status, String>, Option<String>)> = JoinSet::new();
+        // The stop of each run, by step: a lost lease stops it.
+        let mut stops: HashMap<(String, String), watch::Sender<StopLevel>> = HashMap::new();
+        let mut summary = WorkerSummary { id: opts.id.clone(), ..Default::default() };
+        let mut next_beat = tokio::time::Instant::now();
+        let mut drain_now = false;
+        loop {
+            let draining = *drain.borrow() || drain_now;
+            if tokio::time::Instant::now() >= next_beat {
+                next_beat = tokio::time::Instant::now() + beat;
+                let status = if draining { "draining" } else { "active" };
+                let held = self.engine.store().heartbeat(
+                    &opts.id,
+                    running.len() as u32,
+                    status,
+                    lease_ms,
+                )?;
+                // A run whose lease was lost (this worker was cut off too long) is stopped.
+                stops.retain(|(o, k), tx| {
+                    let kept = held.iter().any(|c| &c.orch == o && &c.key == k);
+                    if !kept {
+                        let _ = tx.send(StopLevel::Graceful);
+                    }
+                    kept
+                });
+                self.engine.store().requeue_expired()?;
+            }
+            while !draining && running.len() < opts.max_concurrent {
+                let run_id = SubagentId::generate();
+                let claim = self.engine.store().claim_step(
+                    &opts.id,
+                    &opts.labels,
+                    lease_ms,
+                    run_id.as_str(),
+                )?;
+                let Some(claim) = claim else {
+                    if opts.exit_when_idle && running.is_empty() {
+                        drain_now = true;
+                    }
+                    break;
+                };
+                let loaded = match plans.get(&claim.orch) {
+                    Some(l) => Arc::clone(l),
+                    None => {
+                        let l = Arc::new(self.load_queued(caller, &claim.orch)?);
+                        plans.insert(claim.orch.clone(), Arc::clone(&l));
+                        l
+                    }
+                };
+                let (stop_tx, stop_rx) = watch::channel(StopLevel::None);
+                stops.insert((claim.orch.clone(), claim.key.clone()), stop_tx);
+                summary.ran += 1;
+                let engine = Arc::clone(&self.engine);
+                running.spawn(async move {
+                    let out = run_claim(&engine, &loaded, &claim, run_id, stop_rx).await;
+                    let (status, reason) = match out {
+                        Ok((s, r)) => (Ok(s), r),
+                        Err(e) => (Err(e.clone()), Some(e)),
+                    };
+                    (claim, status, reason)
+                });
+            }
+            if (draining || drain_now) && running.is_empty() {
+                break;
+            }
+            tokio::select! {
+                _ = woken.notified() => {}
+                _ = tokio::time::sleep_until(next_beat) => {}
+                changed = drain.changed(), if !draining => {
+                    if changed.is_err() {
+                        // The sender is gone: nothing can ask to drain any more; keep serving.
+                        std::future::pending::<()>().await;
+                    }
+                }
+                joined = running.join_next(), if !running.is_empty() => {
+                    let Some(joined) = joined else { continue };
+                    let (claim, status, reason) =
+                        joined.map_err(|e| ApiError::internal(e.to_string()))?;
+                    stops.remove(&(claim.orch.clone(), claim.key.clone()));
+                    let status = match status {
+                        Ok(s) => s.to_string(),
+                        Err(_) => "failed".into(),
+                    };
+                    let status = if status == "completed" { status } else if status == "cancelled" {
+                        "cancelled".to_string()
+                    } else {
+                        "failed".to_string()
+                    };
+                    if self.engine.store().finish_claim(&claim, &status, reason.as_deref())? {
+                        if status == "completed" { summary.completed += 1 } else { summary.failed += 1 }
+                    } else {
+                        summary.lost += 1;
+                    }
+                }
+            }
+        }
+        stop_listening.store(true, std::sync::atomic::Ordering::Relaxed);
+        let _ = self.engine.store().heartbeat(&opts.id, 0, "stopped", lease_ms);
+        Ok(summary)
+    }
+
+    /// A plan submitted to workers, as stored: the plan, then its steps in order.
+    pub fn queued_plan(
+        &self,
+        id: &str,
+    ) -> Result<(herd_store::OrchestrationRow, Vec<herd_store::StepRow>), ApiError> {
+        let store = self.engine.store();
+        let o =
+            store.orchestration(id)?.ok_or_else(|| ApiError::not_found(format!("no plan {id}")))?;
+        let steps = store.steps(id)?;
+        Ok((o, steps))
+    }
+
+    /// The workers registered in this service's store.
+    pub fn workers(&self) -> Result<Vec<herd_store::WorkerRow>, ApiError> {
+        Ok(self.engine.store().workers()?)
+    }
+
+    /// Whether this service's store is shared through PostgreSQL (plans then go to workers).
+    pub fn store_is_shared(&self) -> bool {
+        self.engine.store().is_postgres()
+    }
+
+    /// A queued plan, loaded again in this worker's project from the text it was submitted as.
+    fn load_queued(&self, caller: &Caller, orch: &str) -> Result<Loaded, ApiError> {
+        let text = self
+            .engine
+            .store()
+            .plan_text(orch)?
+            .ok_or_else(|| ApiError::not_found(format!("plan {orch} has no stored text")))?;
+        let spec = PlanSpec {
+            source: PlanSource::Text { name: orch.to_owned(), text },
+            max_concurrent: None,
+            into: None,
+            // A worker has nobody to ask: calls no rule decides are refused.
+            non_interactive: true,
+        };
+        let l = self.load_plan(caller, &spec)?;
+        Ok(Loaded { plan: l.plan, requests: l.requests })
+    }
+}
+
+/// A queued plan as this worker runs it.
+struct Loaded {
+    plan: Plan,
+    requests: Vec<crate::TaskRequest>,
+}
+
+/// Run claimed step `c` as run `id`: its status, and why it failed.
+async fn run_claim(
+    engine: &Arc<crate::Engine>,
+    loaded: &Loaded,
+    c: &Claim,
+    id: SubagentId,
+    stop: watch::Receiver<StopLevel>,
+) -> Result<(Status, Option<String>), String> {
+    let step = loaded
+        .plan
+        .steps
+        .iter()
+        .position(|s| s.id == c.key)
+        .ok_or_else(|| format!("step {} is not in the plan as this worker loads it", c.key))?;
+    let results: HashMap<String, String> =
+        engine.store().step_results(&c.orch).map_err(|e| e.to_string())?.into_iter().collect();
+    let req =
+        crate::plan::queued_step_request(&loaded.plan, step, &loaded.requests[step], &results);
+    engine.create_run(&id, &req).await.map_err(|e| e.to_string())?;
+    if !engine.store().claimed_run(c, id.as_str()).map_err(|e| e.to_string())? {
+        return Err("lease_lost".into());
+    }
+    let report = engine.start_run(id, req, stop, None).await.map_err(|e| e.to_string())?;
+    Ok((report.status, report.failure.map(|f| f.to_string())))
+}
+
+/// A thread listening for `NOTIFY herd_steps` on a connection of its own, waking the worker.
+fn listen(
+    paths: herd_store::StatePaths,
+    woken: Arc<Notify>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+) -> Result<(), ApiError> {
+    let store = Store::open(paths)?;
+    store.listen_steps()?;
+    std::thread::Builder::new()
+        .name("herd-worker-listen".into())
+        .spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                if store.wait_notification(Duration::from_millis(500)) {
+                    woken.notify_one();
+                }
+            }
+        })
+        .map_err(|e| ApiError::internal(format!("cannot start the listener: {e}")))?;
+    Ok(())
+}

@@ -1,0 +1,123 @@
+//! The worker queue on PostgreSQL: dependencies resolved in the database, one claimant per
+//! step, fenced writes, lease expiry re-queues (counted against retries), dependents fail.
+
+use herd_store::{Backend, NewOrchestration, NewStep, QueuedStep, StatePaths, Store};
+
+fn step(key: &str, deps: &[&str]) -> NewStep {
+    NewStep {
+        key: key.into(),
+        name: key.into(),
+        prompt: "p".into(),
+        model: None,
+        cwd: None,
+        tools: None,
+        depends_on: deps.iter().map(|d| d.to_string()).collect(),
+        contract: "{}".into(),
+    }
+}
+
+fn open(pg: &herd_testkit::PgDb, dir: &std::path::Path) -> Store {
+    Store::open(StatePaths::new(dir).with_store(Backend::Postgres(pg.url.clone()))).unwrap()
+}
+
+#[test]
+fn steps_are_claimed_once_in_dependency_order_and_fenced() {
+    let pg = herd_testkit::pg_db();
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = open(&pg, dir.path());
+    let other = open(&pg, dir.path());
+    s.create_session("s1", "cli", dir.path()).unwrap();
+    let o = NewOrchestration {
+        id: "pln_q".into(),
+        session: "s1".into(),
+        name: "q".into(),
+        strategy: "dag".into(),
+        plan: "{}".into(),
+        source_file: None,
+        steps: vec![step("a", &[]), step("b", &["a"]), step("c", &["b"]), step("gpu", &[])],
+        owner_pid: 1,
+        owner_start_time: None,
+    };
+    let q = |retries, labels: &[&str]| QueuedStep {
+        retries,
+        labels: labels.iter().map(|l| l.to_string()).collect(),
+    };
+    s.submit_orchestration(&o, "steps: []", &[q(1, &[]), q(0, &[]), q(0, &[]), q(0, &["gpu"])])
+        .unwrap();
+    assert_eq!(s.plan_text("pln_q").unwrap().as_deref(), Some("steps: []"));
+    let none: Vec<String> = vec![];
+    // Only `a` is ready for a worker without labels; nobody else gets it while it is held.
+    let a = s.claim_step("w1", &none, 60_000, "r1").unwrap().unwrap();
+    assert_eq!((a.key.as_str(), a.attempt, a.fence), ("a", 1, 1));
+    assert!(other.claim_step("w2", &none, 60_000, "r2").unwrap().is_none());
+    // The labelled step goes to a worker with the label.
+    let gpu = other.claim_step("w2", &["gpu".into()], 60_000, "r2").unwrap().unwrap();
+    assert_eq!(gpu.key, "gpu");
+    assert!(other.finish_claim(&gpu, "completed", None).unwrap());
+
+    // `a`'s lease expires: it is pending again (attempt counted), and w1's late write is refused.
+    let short = s.claim_step("w1", &none, 60_000, "r").unwrap();
+    assert!(short.is_none());
+    s.heartbeat("w1", 1, "active", -1).unwrap();
+    assert_eq!(other.requeue_expired().unwrap(), 1);
+    let again = other.claim_step("w2", &none, 60_000, "r3").unwrap().unwrap();
+    assert_eq!((again.key.as_str(), again.attempt, again.fence), ("a", 2, 3));
+    assert!(!s.finish_claim(&a, "completed", None).unwrap(), "fenced: w1 lost its lease");
+    assert!(other.finish_claim(&again, "completed", None).unwrap());
+
+    // Then b; its final failure fails c (dependency_failed) and ends the plan.
+    let b = s.claim_step("w1", &none, 60_000, "r4").unwrap().unwrap();
+    assert_eq!(b.key, "b");
+    assert!(s.finish_claim(&b, "failed", Some("exit 1")).unwrap());
+    let steps: Vec<_> = s
+        .steps("pln_q")
+        .unwrap()
+        .into_iter()
+        .map(|r| (r.step_key, r.status, r.failure_reason, r.attempts))
+        .collect();
+    assert_eq!(
+        steps,
+        vec![
+            ("a".into(), "completed".into(), None, 2),
+            ("b".into(), "failed".into(), Some("exit 1".into()), 1),
+            ("c".into(), "failed".into(), Some("dependency_failed(b)".into()), 0),
+            ("gpu".into(), "completed".into(), None, 1),
+        ]
+    );
+    assert_eq!(s.orchestration("pln_q").unwrap().unwrap().status, "failed");
+    assert!(s.claim_step("w1", &["gpu".into()], 60_000, "r5").unwrap().is_none());
+}
+
+#[test]
+fn workers_register_and_listen() {
+    let pg = herd_testkit::pg_db();
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(&pg, dir.path());
+    s.register_worker("w1", "host-a", &["linux".into()], 4).unwrap();
+    s.heartbeat("w1", 2, "draining", 1000).unwrap();
+    let w = s.workers().unwrap();
+    assert_eq!((w[0].host.as_str(), w[0].running, w[0].status.as_str()), ("host-a", 2, "draining"));
+    assert_eq!(w[0].labels, ["linux"]);
+    // A notification wakes a listener at once; without one it times out.
+    let listener = open(&pg, dir.path());
+    listener.listen_steps().unwrap();
+    assert!(!listener.wait_notification(std::time::Duration::from_millis(50)));
+    let t = std::time::Instant::now();
+    s.requeue_expired().unwrap();
+    let mut s2 = open(&pg, dir.path());
+    s2.create_session("s1", "cli", dir.path()).unwrap();
+    let o = NewOrchestration {
+        id: "pln_n".into(),
+        session: "s1".into(),
+        name: "n".into(),
+        strategy: "dag".into(),
+        plan: "{}".into(),
+        source_file: None,
+        steps: vec![step("a", &[])],
+        owner_pid: 1,
+        owner_start_time: None,
+    };
+    s2.submit_orchestration(&o, "x", &[QueuedStep::default()]).unwrap();
+    assert!(listener.wait_notification(std::time::Duration::from_secs(5)));
+    assert!(t.elapsed() < std::time::Duration::from_secs(5));
+}
