@@ -160,16 +160,7 @@ async fn spawn_local(dir: &Path, n: usize) -> (Vec<f64>, Vec<f64>) {
     };
     let svc = Service::open_with(&dir.join("local-state"), guard, ServiceOptions::default())
         .expect("service");
-    let caller = Caller {
-        project_root: dir.to_path_buf(),
-        cwd: dir.to_path_buf(),
-        depth: 0,
-        max_depth: 1,
-        inherited: Vec::new(),
-        session: None,
-        who: "bench".into(),
-        roots: None,
-    };
+    let caller = Caller::top(dir, "bench");
     let (mut answered, mut started) = (Vec::new(), Vec::new());
     for _ in 0..n {
         let spec = TaskSpec {

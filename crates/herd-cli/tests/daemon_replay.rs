@@ -23,16 +23,7 @@ fn service(dir: &Path) -> Service {
 }
 
 fn caller(dir: &Path) -> Caller {
-    Caller {
-        project_root: dir.to_path_buf(),
-        cwd: dir.to_path_buf(),
-        depth: 0,
-        max_depth: 1,
-        inherited: Vec::new(),
-        session: None,
-        who: "a test".into(),
-        roots: None,
-    }
+    Caller::top(dir, "a test")
 }
 
 /// A run that prints `lines` lines, a few milliseconds apart (so watchers join it live).

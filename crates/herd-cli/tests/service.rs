@@ -36,16 +36,7 @@ fn service(dir: &Path, max_concurrent: usize, max_queue: usize) -> Service {
 }
 
 fn caller(dir: &Path) -> Caller {
-    Caller {
-        project_root: dir.to_path_buf(),
-        cwd: dir.to_path_buf(),
-        depth: 0,
-        max_depth: 1,
-        inherited: Vec::new(),
-        session: None,
-        who: "a test".into(),
-        roots: None,
-    }
+    Caller::top(dir, "a test")
 }
 
 /// A command-backend task running `sh -c script`, with the longest timeout (so only the

@@ -40,6 +40,21 @@ pub const DEPTH_VAR: &str = "HERD_DEPTH";
 pub const MAX_DEPTH_VAR: &str = "HERD_MAX_DEPTH";
 
 impl Caller {
+    /// A caller at the top of the tree (depth 0, one level of subagents, no inherited policy)
+    /// working at `project_root`: a program that embeds the service, a test, a benchmark.
+    pub fn top(project_root: &Path, who: impl Into<String>) -> Self {
+        Self {
+            project_root: project_root.to_path_buf(),
+            cwd: project_root.to_path_buf(),
+            depth: 0,
+            max_depth: 1,
+            inherited: Vec::new(),
+            session: None,
+            who: who.into(),
+            roots: None,
+        }
+    }
+
     /// A caller in this process: depth and inherited policies from the environment a parent
     /// herd set (`HERD_DEPTH`, `HERD_MAX_DEPTH`, `HERD_POLICY_LAYERS`). Unreadable inherited
     /// policies are an error, never a silently wider policy.
