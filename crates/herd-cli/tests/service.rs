@@ -132,7 +132,11 @@ async fn the_pool_queues_then_refuses_and_a_queued_task_cancels_without_starting
     // Its place in the queue is free again.
     let d = svc.spawn(&c, sh("echo d")).await.unwrap();
     assert_eq!(d.status, Status::Queued);
-    // Stopping the running one lets the queued one run, in order.
+    // Stopping the running one lets the queued one run, in order. Once it runs: an interrupt
+    // sent while its process is still being started can miss it, and the ladder's next rung
+    // needs a clock this test holds still.
+    until(|| svc.run(a.id.as_str()).is_ok_and(|r| r.status == Status::Running && r.pid.is_some()))
+        .await;
     svc.cancel(a.id.as_str(), CancelLevel::Graceful, "test", &c).await.unwrap();
     let w = svc.wait(&[d.id.to_string()], WaitMode::All, Duration::from_secs(600)).await.unwrap();
     assert!(!w.timed_out);
