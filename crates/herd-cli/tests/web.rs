@@ -390,47 +390,96 @@ fn seed(w: &World, n: usize, events: usize) -> Vec<String> {
     ids
 }
 
-/// Milliseconds from the page's navigation to its `herd-rendered` mark, after loading `url` anew.
-fn first_render(b: &Browser, url: &str, what: &str) -> f64 {
+/// Milliseconds from the page's navigation to its `herd-rendered` mark (the first screenful
+/// painted), after loading `url` anew; then to everything on the page (`done` says when).
+fn first_render(b: &Browser, url: &str, what: &str, done: &str) -> (f64, f64) {
     b.goto(url);
-    b.wait_for(
-        what,
-        LONG,
-        "const m = performance.getEntriesByName('herd-rendered'); return m.length ? m[0].startTime : null",
-        json!([]),
-    )
-    .as_f64()
-    .unwrap()
+    let first = b
+        .wait_for(
+            what,
+            LONG,
+            "const m = performance.getEntriesByName('herd-rendered'); return m.length ? m[0].startTime : null",
+            json!([]),
+        )
+        .as_f64()
+        .unwrap();
+    let all = b
+        .wait_for(
+            &format!("all of {what}"),
+            LONG,
+            &format!("return ({done}) && performance.now()"),
+            json!([]),
+        )
+        .as_f64()
+        .unwrap();
+    (first, all)
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
 }
 
 #[test]
 fn a_thousand_runs_and_a_run_of_ten_thousand_events_render_quickly() {
     let w = World::new();
     let ids = seed(&w, 1000, 10_000);
+    // The last event the conversation shows at its top level (results sit inside their calls).
+    let last = w
+        .events(&ids[0])
+        .iter()
+        .rev()
+        .find(|e| e["kind"] != "tool_result" && e["kind"] != "stream_event")
+        .map(|e| e["seq"].clone())
+        .unwrap();
     let (_daemon, base, b) = dashboard(&w);
     // A fresh load each time (a query string makes it a new document), three times each.
-    let mut list = Vec::new();
-    let mut run = Vec::new();
+    let (mut list, mut list_all, mut run, mut run_all) = (vec![], vec![], vec![], vec![]);
+    // Every event but the results (which sit inside their calls) and the lifecycle ones.
+    let all_events = "document.querySelectorAll('#conversation [data-seq]').length >= 6667 \
+        && !document.querySelector('#conversation[data-rendering]')";
     for i in 0..3 {
-        list.push(first_render(&b, &format!("{base}/?load={i}#/"), "1,000 runs"));
-        let rows = b.eval("return document.querySelectorAll('#runs tbody tr').length", json!([]));
-        assert_eq!(rows, 1000);
-        run.push(first_render(&b, &format!("{base}/?load=r{i}#/run/{}", ids[0]), "10,000 events"));
-        let shown = b
-            .eval("return document.querySelectorAll('#conversation [data-seq]').length", json!([]));
+        let (first, all) = first_render(
+            &b,
+            &format!("{base}/?load={i}#/"),
+            "1,000 runs",
+            "document.querySelectorAll('#runs tbody tr').length === 1000 \
+             && !document.querySelector('#runs tbody[data-rendering]')",
+        );
+        list.push(first);
+        list_all.push(all);
+        let (first, all) = first_render(
+            &b,
+            &format!("{base}/?load=r{i}#/run/{}", ids[0]),
+            "10,000 events",
+            all_events,
+        );
+        run.push(first);
+        run_all.push(all);
         let api = b.eval(
             "return performance.getEntriesByType('resource').filter(r => r.name.includes('/events'))\
              .map(r => [Math.round(r.startTime), Math.round(r.responseEnd - r.startTime), r.transferSize])",
             json!([]),
         );
-        println!("the events request (start, duration ms, bytes): {api}");
-        // Every event but the results (which sit inside their calls) and the lifecycle ones.
-        assert!(shown.as_u64().unwrap() >= 6_600, "{shown}");
+        println!("the events requests (start, duration ms, bytes): {api}");
+        // In order, and the last one last.
+        let order = b.eval(
+            "const s = [...document.querySelectorAll('#conversation > [data-seq]')].map(e => +e.dataset.seq);\
+             return s.every((x, i) => !i || s[i - 1] < x) && s[s.length - 1]",
+            json!([]),
+        );
+        assert_eq!(order, last, "the conversation is out of order or incomplete");
     }
     b.screenshot("perf-runs");
-    println!("first render, 1,000 runs: {list:?} ms; a run of 10,000 events: {run:?} ms");
-    // The target is 1 s on this machine; a debug build on two shared cores gets headroom.
-    let best = |v: &[f64]| v.iter().cloned().fold(f64::MAX, f64::min);
-    assert!(best(&list) < 3000.0, "{list:?}");
-    assert!(best(&run) < 3000.0, "{run:?}");
+    println!(
+        "first render (ms, navigation to the first screenful painted), 1,000 runs: {list:?}, \
+         median {:.0}; a run of 10,000 events: {run:?}, median {:.0}",
+        median(&list),
+        median(&run)
+    );
+    println!("everything on the page (ms): 1,000 runs {list_all:?}; 10,000 events {run_all:?}");
+    // The issue's target: a first render under 1 s on this machine (a debug build).
+    assert!(median(&list) < 1000.0, "1,000 runs: {list:?}");
+    assert!(median(&run) < 1000.0, "10,000 events: {run:?}");
 }
