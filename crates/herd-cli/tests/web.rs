@@ -337,3 +337,66 @@ fn allow_always_lets_the_same_call_run_again_without_asking() {
     );
     assert!(ran(mock, "web_always", "ALWAYS-web-5c1d"));
 }
+
+/// The process group of `pid` (field 5 of /proc/PID/stat, after the command's parentheses).
+fn pgrp(pid: u32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 2..];
+    rest.split(' ').nth(2)?.parse().ok()
+}
+
+/// Live processes in group `group` (zombies are gone already).
+fn in_group(group: i32) -> Vec<(u32, String)> {
+    common::procs_with_cmdline("")
+        .into_iter()
+        .filter(|(pid, _)| pgrp(*pid) == Some(group))
+        .collect()
+}
+
+/// Not a test by itself: the process the next test SIGKILLs while it holds a browser.
+#[test]
+#[ignore = "run by the_browser_goes_with_the_test_process_even_when_it_is_killed"]
+fn browser_holder() {
+    if std::env::var_os("HERD_BROWSER_HOLDER").is_none() {
+        return;
+    }
+    let b = common::browser::Browser::start();
+    println!("BROWSER {} {}", b.group(), b.profile().display());
+    std::thread::sleep(Duration::from_secs(120));
+}
+
+#[test]
+fn the_browser_goes_with_the_test_process_even_when_it_is_killed() {
+    use std::io::BufRead;
+    let mut holder = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["browser_holder", "--exact", "--ignored", "--nocapture"])
+        .env("HERD_BROWSER_HOLDER", "1")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let out = std::io::BufReader::new(holder.stdout.take().unwrap());
+    let line = out.lines().map_while(Result::ok).find(|l| l.starts_with("BROWSER "));
+    let line = line.expect("the holder started no browser");
+    let mut parts = line.split(' ').skip(1);
+    let group: i32 = parts.next().unwrap().parse().unwrap();
+    let profile = parts.next().unwrap().to_owned();
+    // chromedriver, and chromium with its helpers, all in the watchdog's group.
+    let before = in_group(group);
+    let names: Vec<&str> = before.iter().map(|(_, c)| c.as_str()).collect();
+    assert!(names.iter().any(|c| c.starts_with(common::browser::CHROMEDRIVER)), "{names:#?}");
+    assert!(names.iter().any(|c| c.contains(&profile)), "no chromium in the group: {names:#?}");
+    for (pid, cmd) in common::procs_with_cmdline(&profile) {
+        assert_eq!(pgrp(pid), Some(group), "{pid} {cmd} left the group");
+    }
+    // The test process dies without running any destructor, as under nextest's timeout.
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    let gone = wait_until(Duration::from_secs(20), || {
+        in_group(group).is_empty() && common::procs_with_cmdline(&profile).is_empty()
+    });
+    let left = [in_group(group), common::procs_with_cmdline(&profile)].concat();
+    let _ = std::fs::remove_dir_all(&profile);
+    assert!(gone, "left behind: {left:#?}");
+    println!("{} processes of the killed test's browser, none left", before.len());
+}
