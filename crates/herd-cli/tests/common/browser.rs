@@ -1,20 +1,31 @@
 //! A real browser for the dashboard's tests: Debian's headless chromium driven over WebDriver
 //! (chromedriver, plain HTTP/1.1 with a tiny client here), screenshots written as artifacts.
+//! chromedriver and its chromium run under a watchdog that ends them with the test process.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use base64::Engine;
 use serde_json::{Value, json};
 
 const CHROMIUM: &str = "/usr/bin/chromium";
-const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
+pub const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
+
+/// The watchdog, a shell leading a process group of its own: it starts chromedriver (`$0 $@`)
+/// in that group (chromium and its helpers end up there too), waits for its stdin, a pipe from
+/// the test process, to close, and then kills the whole group. The pipe closes when the test
+/// process ends, however it ends: a panic, a SIGKILL from nextest's timeout.
+const WATCHDOG: &str = "\"$0\" \"$@\" </dev/null >/dev/null 2>&1 & cat >/dev/null; kill -KILL 0";
 
 pub struct Browser {
+    /// The watchdog; its pid is the process group's id.
     driver: Child,
+    /// The watchdog's stdin: dropping it ends the group.
+    lifeline: Option<ChildStdin>,
     port: u16,
     session: String,
     _profile: tempfile::TempDir,
@@ -31,6 +42,16 @@ pub fn artifacts() -> PathBuf {
 }
 
 impl Browser {
+    /// The process group chromedriver and chromium run in.
+    pub fn group(&self) -> i32 {
+        self.driver.id() as i32
+    }
+
+    /// The browser's profile directory (on chromium's command line).
+    pub fn profile(&self) -> &Path {
+        self._profile.path()
+    }
+
     /// Start chromedriver and a headless chromium session; fails (never skips) without them.
     pub fn start() -> Self {
         for bin in [CHROMIUM, CHROMEDRIVER] {
@@ -41,14 +62,17 @@ impl Browser {
             );
         }
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let driver = Command::new(CHROMEDRIVER)
-            .arg(format!("--port={port}"))
+        let mut driver = Command::new("sh")
+            .args(["-c", WATCHDOG, CHROMEDRIVER, &format!("--port={port}")])
+            .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
+            .process_group(0)
             .spawn()
             .unwrap();
+        let lifeline = driver.stdin.take();
         let profile = tempfile::tempdir().unwrap();
-        let mut b = Self { driver, port, session: String::new(), _profile: profile };
+        let mut b = Self { driver, lifeline, port, session: String::new(), _profile: profile };
         let deadline = Instant::now() + Duration::from_secs(20);
         while b.raw("GET", "/status", None).is_err() {
             assert!(Instant::now() < deadline, "chromedriver did not start on port {port}");
@@ -229,7 +253,11 @@ impl Drop for Browser {
         if !self.session.is_empty() {
             let _ = self.raw("DELETE", &format!("/session/{}", self.session), None);
         }
-        let _ = self.driver.kill();
+        // The watchdog kills the group once its stdin closes; killing it here as well does not
+        // wait for that.
+        self.lifeline.take();
+        let group = nix::unistd::Pid::from_raw(self.driver.id() as i32);
+        let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
         let _ = self.driver.wait();
     }
 }

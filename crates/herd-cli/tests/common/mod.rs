@@ -6,6 +6,7 @@
 pub mod browser;
 pub mod daemon;
 pub mod mcp;
+pub mod web;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};

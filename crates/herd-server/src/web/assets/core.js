@@ -173,10 +173,73 @@ function answeredLine(v) {
     v.reason ? ': ' + v.reason : '');
 }
 
-// Marks `herd-rendered` once the page's data is on screen (after the next frame is painted):
-// how long a first render takes (the tests measure it; any performance tool shows it).
+// `fn` once the next frame has been painted.
+function afterPaint(fn) {
+  requestAnimationFrame(() => setTimeout(fn, 0));
+}
+
+// Marks `herd-rendered` once the page's first screenful is on screen (after the next frame is
+// painted): how long a first render takes (the tests measure it; any performance tool shows it).
 function markRendered() {
-  requestAnimationFrame(() => setTimeout(() => {
+  afterPaint(() => {
     if (!performance.getEntriesByName('herd-rendered').length) performance.mark('herd-rendered');
-  }, 0));
+  });
+}
+
+// Long lists are built in slices: what fills the first screen at once, the rest a slice of
+// about SLICE_MS at a time after that has been painted, so a page of thousands of rows shows at
+// once and answers input while it fills. The list's element says `data-rendering` until done.
+const FIRST_ROWS = 80;
+const SLICE_MS = 12;
+
+// Show `items` in `body` in order, one row each: `build(item)` makes a row, `sig(item)` says
+// when a row shown before (same `key`) can stay as it is, so a re-read list only rebuilds what
+// changed. A call while an earlier one is still filling takes over from it.
+function renderRows(body, items, key, sig, build, empty) {
+  if (body._cancel) body._cancel();
+  const rows = body._rows || (body._rows = new Map());
+  if (!items.length) {
+    rows.clear();
+    clear(body).appendChild(empty());
+    delete body.dataset.rendering;
+    return;
+  }
+  const keep = new Set(items.map(key));
+  for (const k of [...rows.keys()]) if (!keep.has(k)) rows.delete(k);
+  // Rows of an earlier render that are not kept (and the empty row) go first.
+  for (const el of [...body.children]) if (!el._key || !keep.has(el._key) || rows.get(el._key)?.el !== el) el.remove();
+  let at = body.firstElementChild;
+  let i = 0;
+  const place = () => {
+    const it = items[i++];
+    const k = key(it);
+    const s = sig(it);
+    let row = rows.get(k);
+    if (!row || row.sig !== s) {
+      const el = build(it);
+      el._key = k;
+      if (row) {
+        if (row.el === at) at = at.nextElementSibling;
+        row.el.remove();
+      }
+      row = { sig: s, el };
+      rows.set(k, row);
+    }
+    if (row.el === at) at = at.nextElementSibling;
+    else body.insertBefore(row.el, at);
+  };
+  for (let n = 0; n < FIRST_ROWS && i < items.length; n++) place();
+  if (i >= items.length) { delete body.dataset.rendering; return; }
+  body.dataset.rendering = '';
+  let cancelled = false;
+  body._cancel = () => { cancelled = true; };
+  const next = () => {
+    if (cancelled) return;
+    const end = performance.now() + SLICE_MS;
+    while (i < items.length && performance.now() < end) place();
+    if (i < items.length) { setTimeout(next, 0); return; }
+    body._cancel = null;
+    delete body.dataset.rendering;
+  };
+  afterPaint(next);
 }

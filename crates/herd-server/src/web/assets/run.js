@@ -43,12 +43,24 @@ function pageRun(main, id) {
   let es = null;
   let closed = false;
   (async () => {
-    await refresh();
+    // The first screenful of events with the run's facts, at once; the rest page by page after
+    // (the conversation fills in slices, in order); then the live feed from the last one on.
+    const page = (after, limit) => api('runs/' + enc(id) + '/events?after=' + after + '&limit=' + limit);
+    let last = 0;
     let evs = [];
-    try { evs = await api('runs/' + enc(id) + '/events?after=0'); } catch (e) { clear(err).appendChild(notice(e.message)); }
+    try {
+      [, evs] = await Promise.all([refresh(), page(0, FIRST_EVENTS)]);
+    } catch (e) { clear(err).appendChild(notice(e.message)); }
     conv.addAll(evs);
     markRendered();
-    const last = evs.length ? evs[evs.length - 1].seq : 0;
+    let more = evs.length === FIRST_EVENTS;
+    if (evs.length) last = evs[evs.length - 1].seq;
+    while (more && !closed) {
+      try { evs = await page(last, EVENTS_PAGE); } catch (e) { clear(err).appendChild(notice(e.message)); return; }
+      conv.addAll(evs);
+      more = evs.length === EVENTS_PAGE;
+      if (evs.length) last = evs[evs.length - 1].seq;
+    }
     if (closed) return;
     es = feed('runs/' + enc(id) + '/stream?from=' + (last + 1), {
       ev: (e) => {
@@ -58,8 +70,12 @@ function pageRun(main, id) {
       failure: (e) => clear(err).appendChild(notice(e.message)),
     });
   })();
-  return () => { closed = true; if (es) es.close(); };
+  return () => { closed = true; conv.closed = true; if (es) es.close(); };
 }
+
+// Events the first request reads (a screenful and more), and each later page.
+const FIRST_EVENTS = 200;
+const EVENTS_PAGE = 5000;
 
 // Events after which the run's header (status, usage, pending requests) is read again.
 const REFRESH_KINDS = new Set(['subagent_started', 'subagent_completed', 'subagent_failed', 'subagent_cancelled',
@@ -107,6 +123,10 @@ class Conversation {
     this.root = el;
     this.tools = new Map(); // tool_use_id -> {el, result, children}
     this.threads = new Map(); // parent_tool_use_id -> element events go into
+    this.queue = []; // events not on screen yet (from `head` on), in order
+    this.head = 0;
+    this.busy = false;
+    this.closed = false; // the page was left: stop filling it
   }
 
   thread(parent) {
@@ -122,13 +142,41 @@ class Conversation {
     return body;
   }
 
+  // Events go on screen in order: a few at once, a long backlog in slices after a paint (live
+  // events that arrive meanwhile wait their turn behind it). The conversation says
+  // `data-rendering` while some wait.
   addAll(evs) {
-    // Appended to detached fragments per thread would reorder nothing: threads are elements
-    // already in place, so build straight into them (the browser lays out once per frame).
-    for (const e of evs) {
+    for (const e of evs) this.queue.push(e);
+    if (this.busy) return;
+    this.take(FIRST_ROWS);
+    if (this.waiting) this.slices();
+  }
+
+  // Up to `n` waiting events onto the page.
+  take(n) {
+    const end = Math.min(this.queue.length, this.head + n);
+    for (; this.head < end; this.head++) {
+      const e = this.queue[this.head];
       const node = this.render(e);
       if (node) this.thread(e.parent_tool_use_id).appendChild(node);
     }
+    if (this.head === this.queue.length) { this.queue = []; this.head = 0; }
+  }
+
+  get waiting() { return this.queue.length - this.head; }
+
+  slices() {
+    this.busy = true;
+    this.root.dataset.rendering = '';
+    const next = () => {
+      if (this.closed) return;
+      const end = performance.now() + SLICE_MS;
+      while (this.waiting && performance.now() < end) this.take(20);
+      if (this.waiting) { setTimeout(next, 0); return; }
+      this.busy = false;
+      delete this.root.dataset.rendering;
+    };
+    afterPaint(next);
   }
 
   render(e) {

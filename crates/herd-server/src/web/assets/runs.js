@@ -46,9 +46,8 @@ function pageRuns(main, params) {
 }
 
 function renderPlans(body, plans) {
-  const f = document.createDocumentFragment();
-  for (const p of plans) {
-    f.appendChild(h('tr', { 'data-id': p.id, 'data-status': p.status },
+  renderRows(body, plans, (p) => p.id, JSON.stringify, (p) =>
+    h('tr', { 'data-id': p.id, 'data-status': p.status },
       h('td', null, planLink(p.id)),
       h('td', null, p.name),
       h('td', null, statusTag(p.state || p.status)),
@@ -56,29 +55,25 @@ function renderPlans(body, plans) {
       h('td', { class: 'num' }, fmtNum(p.usage.input_tokens) + ' / ' + fmtNum(p.usage.output_tokens)),
       h('td', { class: 'num' }, fmtCost(p.cost_usd)),
       h('td', null, fmtTime(p.created_at)),
-      h('td', { class: 'num' }, fmtDur(p.duration_ms))));
-  }
-  if (!plans.length) f.appendChild(h('tr', null, h('td', { colspan: 8, class: 'empty' }, 'no plans')));
-  clear(body).appendChild(f);
+      h('td', { class: 'num' }, fmtDur(p.duration_ms))),
+  () => h('tr', null, h('td', { colspan: 8, class: 'empty' }, 'no plans')));
 }
 
 function renderRuns(body, runs, now) {
-  const f = document.createDocumentFragment();
-  for (const r of runs) {
-    const dur = r.duration_ms !== null ? r.duration_ms : (r.started_at ? now - ms(r.started_at) : null);
-    f.appendChild(h('tr', { 'data-id': r.id, 'data-status': r.status },
+  // A running run's duration is the server's now minus its start: part of what a row shows.
+  const dur = (r) => (r.duration_ms !== null ? r.duration_ms : (r.started_at ? now - ms(r.started_at) : null));
+  renderRows(body, runs, (r) => r.id, (r) => JSON.stringify(r) + fmtDur(dur(r)), (r) =>
+    h('tr', { 'data-id': r.id, 'data-status': r.status },
       h('td', null, runLink(r.id)),
       h('td', null, r.name, r.plan_id ? h('div', { class: 'reason-text' }, 'step of ', planLink(r.plan_id)) : null),
       h('td', null, r.cli + (r.model ? ' · ' + r.model : '')),
       h('td', null, statusTag(r.state || r.status), r.failure_reason ? h('div', { class: 'reason-text' }, r.failure_reason) : null),
-      h('td', { class: 'num' }, fmtDur(dur)),
+      h('td', { class: 'num' }, fmtDur(dur(r))),
       h('td', { class: 'num' }, r.num_turns === null ? '' : r.num_turns),
       h('td', { class: 'num' }, fmtNum(r.usage.input_tokens) + ' / ' + fmtNum(r.usage.output_tokens)),
       h('td', { class: 'num' }, fmtCost(r.cost_usd)),
-      h('td', null, fmtTime(r.started_at || r.created_at))));
-  }
-  if (!runs.length) f.appendChild(h('tr', null, h('td', { colspan: 9, class: 'empty' }, 'no runs')));
-  clear(body).appendChild(f);
+      h('td', null, fmtTime(r.started_at || r.created_at))),
+  () => h('tr', null, h('td', { colspan: 9, class: 'empty' }, 'no runs')));
 }
 
 function renderTotals(el, v) {
