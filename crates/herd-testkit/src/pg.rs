@@ -57,6 +57,36 @@ impl Drop for PgDb {
     }
 }
 
+impl PgDb {
+    /// The rows `sql` returns, each column as text (`None` for NULL): for tests that look at
+    /// what herd wrote (lease holders, fences) beyond what the store's API shows.
+    pub fn rows(&self, sql: &str) -> Vec<Vec<Option<String>>> {
+        self.try_rows(sql).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`Self::rows`], or what the server said (a table herd has not created yet, say).
+    pub fn try_rows(&self, sql: &str) -> Result<Vec<Vec<Option<String>>>, String> {
+        let (url, sql) = (self.url.clone(), sql.to_owned());
+        off_runtime(move || {
+            let mut c = postgres::Client::connect(&url, postgres::NoTls)
+                .map_err(|e| format!("test PostgreSQL at {url}: {e}"))?;
+            let msgs = c.simple_query(&sql).map_err(|e| {
+                let why = e.as_db_error().map_or_else(|| e.to_string(), |d| d.message().to_owned());
+                format!("{sql}: {why}")
+            })?;
+            Ok(msgs
+                .into_iter()
+                .filter_map(|m| match m {
+                    postgres::SimpleQueryMessage::Row(r) => {
+                        Some((0..r.len()).map(|i| r.get(i).map(str::to_owned)).collect())
+                    }
+                    _ => None,
+                })
+                .collect())
+        })
+    }
+}
+
 /// Run `f` on a thread of its own: the synchronous client starts a runtime, which panics on
 /// a thread that already runs one (an async test's).
 fn off_runtime<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
