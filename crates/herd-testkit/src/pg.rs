@@ -185,7 +185,7 @@ fn cluster() -> Result<String, String> {
         let f = File::open(&users).map_err(|e| format!("{}: {e}", users.display()))?;
         f.lock_shared().map_err(|e| format!("lock {}: {e}", users.display()))?;
         hold(f);
-        supervise(&root, bin, uid)?;
+        supervise(&root, bin, &setup_path, uid)?;
         let t = Instant::now();
         while !reachable(&url) {
             if t.elapsed() > Duration::from_secs(30) {
@@ -263,17 +263,23 @@ fn start(root: &Path, bin: &Path, uid: u32) -> Result<(), String> {
 }
 
 /// Start the server and its supervisor (detached): once no test process holds `users.lock`,
-/// it stops the server and removes `root`.
-fn supervise(root: &Path, bin: &Path, uid: u32) -> Result<(), String> {
+/// it stops the server and removes `root` — holding the `setup` lock meanwhile (and checking
+/// again under it that nobody joined), so a test process starting the next cluster in `root`
+/// waits for the teardown instead of having its new cluster removed by it.
+fn supervise(root: &Path, bin: &Path, setup: &Path, uid: u32) -> Result<(), String> {
     let script = r#"
-R="$1"; B="$2"
+R="$1"; B="$2"; S="$3"
 "$B/pg_ctl" -D "$R/data" -l "$R/log" -w -t 60 -o "-k $R/sock -c listen_addresses= -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300 -c shared_buffers=32MB" start >/dev/null 2>&1
-flock -x "$R/users.lock" sh -c "rm -f '$R/ready'; '$B/pg_ctl' -D '$R/data' stop -m fast >/dev/null 2>&1; rm -rf '$R'"
+while :; do
+  flock -x "$R/users.lock" true
+  flock -x "$S" sh -c "flock -n -x '$R/users.lock' true || exit 1; rm -f '$R/ready'; '$B/pg_ctl' -D '$R/data' stop -m fast >/dev/null 2>&1; rm -rf '$R'" && break
+done
 "#;
     let mut c = as_pg(uid, Path::new("/bin/sh"));
     c.args(["-c", script, "herd-pg-supervisor"])
         .arg(root)
         .arg(bin)
+        .arg(setup)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null());
