@@ -231,7 +231,9 @@ impl Store {
     pub fn finish_claim(&self, c: &Claim, status: &str, reason: Option<&str>) -> Result<bool> {
         let db = self.pg()?;
         db.tx(|tx| {
-            lock_plan(tx, &c.orch)?;
+            // The step's row before the plan's lock, as a claim takes them: a claimer may hold
+            // this row locked (FOR UPDATE locks a row that changed since its snapshot, then
+            // skips it, keeping the lock) while it waits for the plan's lock to log its claim.
             let retry = status == "failed"
                 && tx
                     .opt(
@@ -252,6 +254,7 @@ impl Store {
             if n == 0 {
                 return Ok(false);
             }
+            lock_plan(tx, &c.orch)?;
             let payload = serde_json::json!({"status": to, "reason": reason, "fence": c.fence});
             let kind = match to {
                 "completed" => "step_completed",

@@ -57,6 +57,36 @@ impl Drop for PgDb {
     }
 }
 
+impl PgDb {
+    /// The rows `sql` returns, each column as text (`None` for NULL): for tests that look at
+    /// what herd wrote (lease holders, fences) beyond what the store's API shows.
+    pub fn rows(&self, sql: &str) -> Vec<Vec<Option<String>>> {
+        self.try_rows(sql).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`Self::rows`], or what the server said (a table herd has not created yet, say).
+    pub fn try_rows(&self, sql: &str) -> Result<Vec<Vec<Option<String>>>, String> {
+        let (url, sql) = (self.url.clone(), sql.to_owned());
+        off_runtime(move || {
+            let mut c = postgres::Client::connect(&url, postgres::NoTls)
+                .map_err(|e| format!("test PostgreSQL at {url}: {e}"))?;
+            let msgs = c.simple_query(&sql).map_err(|e| {
+                let why = e.as_db_error().map_or_else(|| e.to_string(), |d| d.message().to_owned());
+                format!("{sql}: {why}")
+            })?;
+            Ok(msgs
+                .into_iter()
+                .filter_map(|m| match m {
+                    postgres::SimpleQueryMessage::Row(r) => {
+                        Some((0..r.len()).map(|i| r.get(i).map(str::to_owned)).collect())
+                    }
+                    _ => None,
+                })
+                .collect())
+        })
+    }
+}
+
 /// Run `f` on a thread of its own: the synchronous client starts a runtime, which panics on
 /// a thread that already runs one (an async test's).
 fn off_runtime<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
@@ -155,7 +185,7 @@ fn cluster() -> Result<String, String> {
         let f = File::open(&users).map_err(|e| format!("{}: {e}", users.display()))?;
         f.lock_shared().map_err(|e| format!("lock {}: {e}", users.display()))?;
         hold(f);
-        supervise(&root, bin, uid)?;
+        supervise(&root, bin, &setup_path, uid)?;
         let t = Instant::now();
         while !reachable(&url) {
             if t.elapsed() > Duration::from_secs(30) {
@@ -233,17 +263,23 @@ fn start(root: &Path, bin: &Path, uid: u32) -> Result<(), String> {
 }
 
 /// Start the server and its supervisor (detached): once no test process holds `users.lock`,
-/// it stops the server and removes `root`.
-fn supervise(root: &Path, bin: &Path, uid: u32) -> Result<(), String> {
+/// it stops the server and removes `root` — holding the `setup` lock meanwhile (and checking
+/// again under it that nobody joined), so a test process starting the next cluster in `root`
+/// waits for the teardown instead of having its new cluster removed by it.
+fn supervise(root: &Path, bin: &Path, setup: &Path, uid: u32) -> Result<(), String> {
     let script = r#"
-R="$1"; B="$2"
+R="$1"; B="$2"; S="$3"
 "$B/pg_ctl" -D "$R/data" -l "$R/log" -w -t 60 -o "-k $R/sock -c listen_addresses= -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300 -c shared_buffers=32MB" start >/dev/null 2>&1
-flock -x "$R/users.lock" sh -c "rm -f '$R/ready'; '$B/pg_ctl' -D '$R/data' stop -m fast >/dev/null 2>&1; rm -rf '$R'"
+while :; do
+  flock -x "$R/users.lock" true
+  flock -x "$S" sh -c "flock -n -x '$R/users.lock' true || exit 1; rm -f '$R/ready'; '$B/pg_ctl' -D '$R/data' stop -m fast >/dev/null 2>&1; rm -rf '$R'" && break
+done
 "#;
     let mut c = as_pg(uid, Path::new("/bin/sh"));
     c.args(["-c", script, "herd-pg-supervisor"])
         .arg(root)
         .arg(bin)
+        .arg(setup)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null());
