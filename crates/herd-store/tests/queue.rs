@@ -121,3 +121,42 @@ fn workers_register_and_listen() {
     assert!(listener.wait_notification(std::time::Duration::from_secs(5)));
     assert!(t.elapsed() < std::time::Duration::from_secs(5));
 }
+
+#[test]
+fn a_step_waits_for_every_dependency_of_its_own_plan() {
+    let pg = herd_testkit::pg_db();
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = open(&pg, dir.path());
+    s.create_session("s1", "cli", dir.path()).unwrap();
+    let plan = |id: &str, steps: Vec<NewStep>| NewOrchestration {
+        id: id.into(),
+        session: "s1".into(),
+        name: id.into(),
+        strategy: "dag".into(),
+        plan: "{}".into(),
+        source_file: None,
+        steps,
+        owner_pid: 1,
+        owner_start_time: None,
+    };
+    // `join` comes first in plan order but needs both `a` and `b`.
+    let one = plan("pln_1", vec![step("join", &["a", "b"]), step("a", &[]), step("b", &[])]);
+    s.submit_orchestration(&one, "x", &vec![QueuedStep::default(); 3]).unwrap();
+    let none: Vec<String> = vec![];
+    let a = s.claim_step("w1", &none, 60_000, "r").unwrap().unwrap();
+    let b = s.claim_step("w1", &none, 60_000, "r").unwrap().unwrap();
+    assert_eq!((a.key.as_str(), b.key.as_str()), ("a", "b"));
+    // A later plan with steps of the same keys, left pending (no worker has their label):
+    // they are not `join`'s dependencies.
+    let two = plan("pln_2", vec![step("a", &[]), step("b", &[])]);
+    let elsewhere = QueuedStep { retries: 0, labels: vec!["elsewhere".into()] };
+    s.submit_orchestration(&two, "x", &vec![elsewhere; 2]).unwrap();
+    assert!(s.claim_step("w1", &none, 60_000, "r").unwrap().is_none());
+    assert!(s.finish_claim(&a, "completed", None).unwrap());
+    assert!(s.claim_step("w1", &none, 60_000, "r").unwrap().is_none(), "b still runs");
+    assert!(s.finish_claim(&b, "completed", None).unwrap());
+    let join = s.claim_step("w1", &none, 60_000, "r").unwrap().unwrap();
+    assert_eq!((join.orch.as_str(), join.key.as_str()), ("pln_1", "join"));
+    assert!(s.finish_claim(&join, "completed", None).unwrap());
+    assert_eq!(s.orchestration("pln_1").unwrap().unwrap().status, "completed");
+}
