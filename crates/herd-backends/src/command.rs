@@ -19,10 +19,6 @@ impl Backend for Command {
         BackendKind::Command
     }
 
-    fn program_override_var(&self, _spec: &RunSpec) -> Option<&'static str> {
-        None
-    }
-
     fn program(
         &self,
         spec: &RunSpec,

@@ -199,19 +199,34 @@ pub trait Decoder: Send + Sync {
 /// One agent CLI.
 pub trait Backend: Send + Sync + fmt::Debug {
     fn kind(&self) -> BackendKind;
+    /// The one binary this CLI always is, and the variable that overrides its location
+    /// (`claude`, `HERD_CLAUDE_BIN`); `None` where the spec names the program, whose backend
+    /// then says how to find it in the three methods below.
+    fn fixed_program(&self) -> Option<(&'static str, &'static str)> {
+        None
+    }
     /// The environment variable that overrides the binary's location, if any.
-    fn program_override_var(&self, spec: &RunSpec) -> Option<&'static str>;
+    fn program_override_var(&self, _spec: &RunSpec) -> Option<&'static str> {
+        self.fixed_program().map(|(_, var)| var)
+    }
     /// How to install the version herd was tested with (for a missing binary's error).
     fn install_command(&self, _spec: &RunSpec) -> Option<String> {
-        None
+        self.fixed_program().and_then(|(name, _)| pins::install_command(name))
     }
     /// The binary `spec` starts, found on `path_var` or through the override.
     fn program(
         &self,
-        spec: &RunSpec,
+        _spec: &RunSpec,
         path_var: Option<&str>,
         override_bin: Option<&str>,
-    ) -> Result<PathBuf, BackendError>;
+    ) -> Result<PathBuf, BackendError> {
+        let Some((name, var)) = self.fixed_program() else {
+            return Err(BackendError::Invalid(format!("{:?} names no program", self.kind())));
+        };
+        resolve_program(name, var, path_var, override_bin).map_err(|source| {
+            BackendError::NotFound { source, install: pins::install_command(name) }
+        })
+    }
     /// Files the CLI reads for this run (written before [`Self::invocation`]).
     fn run_files(&self, _spec: &RunSpec) -> Vec<RunFile> {
         Vec::new()
@@ -310,15 +325,4 @@ pub trait Backend: Send + Sync + fmt::Debug {
     fn decoder(&self, spec: &RunSpec, cwd: &Path) -> Box<dyn Decoder>;
     /// Success is an event, not an exit code: judge the run from its terminal event and exit.
     fn verdict(&self, result: Option<&ResultInfo>, exit: Exit) -> Verdict;
-}
-
-/// [`resolve_program`] for a fixed binary, with its install command on failure.
-pub(crate) fn find_fixed(
-    name: &str,
-    var: &str,
-    path_var: Option<&str>,
-    override_bin: Option<&str>,
-) -> Result<PathBuf, BackendError> {
-    resolve_program(name, var, path_var, override_bin)
-        .map_err(|source| BackendError::NotFound { source, install: pins::install_command(name) })
 }

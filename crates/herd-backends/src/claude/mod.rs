@@ -8,7 +8,7 @@ pub use decode::ClaudeDecoder;
 use herd_core::{AgentEvent, FailureReason, ResultInfo, ResultKind};
 use serde_json::{Value, json};
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use crate::{
     Backend, BackendError, BackendKind, Decoder, Exit, Invocation, Launch, PermissionAnswer,
@@ -48,21 +48,8 @@ impl Backend for Claude {
         BackendKind::Claude
     }
 
-    fn program_override_var(&self, _spec: &RunSpec) -> Option<&'static str> {
-        Some(PROGRAM_OVERRIDE_VAR)
-    }
-
-    fn install_command(&self, _spec: &RunSpec) -> Option<String> {
-        crate::pins::install_command("claude")
-    }
-
-    fn program(
-        &self,
-        _spec: &RunSpec,
-        path_var: Option<&str>,
-        override_bin: Option<&str>,
-    ) -> Result<PathBuf, BackendError> {
-        crate::find_fixed("claude", PROGRAM_OVERRIDE_VAR, path_var, override_bin)
+    fn fixed_program(&self) -> Option<(&'static str, &'static str)> {
+        Some(("claude", PROGRAM_OVERRIDE_VAR))
     }
 
     fn invocation(&self, spec: &RunSpec, launch: &Launch<'_>) -> Result<Invocation, BackendError> {

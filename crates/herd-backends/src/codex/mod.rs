@@ -5,7 +5,7 @@ mod decode;
 
 pub use decode::CodexDecoder;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use herd_core::{BackendKind, FailureReason, ResultInfo, ResultKind};
 
@@ -104,21 +104,8 @@ impl Backend for Codex {
         BackendKind::Codex
     }
 
-    fn program_override_var(&self, _spec: &RunSpec) -> Option<&'static str> {
-        Some(PROGRAM_OVERRIDE_VAR)
-    }
-
-    fn install_command(&self, _spec: &RunSpec) -> Option<String> {
-        crate::pins::install_command("codex")
-    }
-
-    fn program(
-        &self,
-        _spec: &RunSpec,
-        path_var: Option<&str>,
-        override_bin: Option<&str>,
-    ) -> Result<PathBuf, BackendError> {
-        crate::find_fixed("codex", PROGRAM_OVERRIDE_VAR, path_var, override_bin)
+    fn fixed_program(&self) -> Option<(&'static str, &'static str)> {
+        Some(("codex", PROGRAM_OVERRIDE_VAR))
     }
 
     fn invocation(&self, spec: &RunSpec, launch: &Launch<'_>) -> Result<Invocation, BackendError> {

@@ -5,7 +5,7 @@ mod decode;
 
 pub use decode::GeminiDecoder;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use herd_core::{AgentEvent, BackendKind, FailureReason, ResultInfo, ResultKind};
 use serde_json::{Value, json};
@@ -42,21 +42,8 @@ impl Backend for Gemini {
         BackendKind::Gemini
     }
 
-    fn program_override_var(&self, _spec: &RunSpec) -> Option<&'static str> {
-        Some(PROGRAM_OVERRIDE_VAR)
-    }
-
-    fn install_command(&self, _spec: &RunSpec) -> Option<String> {
-        crate::pins::install_command("gemini")
-    }
-
-    fn program(
-        &self,
-        _spec: &RunSpec,
-        path_var: Option<&str>,
-        override_bin: Option<&str>,
-    ) -> Result<PathBuf, BackendError> {
-        crate::find_fixed("gemini", PROGRAM_OVERRIDE_VAR, path_var, override_bin)
+    fn fixed_program(&self) -> Option<(&'static str, &'static str)> {
+        Some(("gemini", PROGRAM_OVERRIDE_VAR))
     }
 
     fn run_files(&self, spec: &RunSpec) -> Vec<RunFile> {
@@ -342,6 +329,8 @@ pub fn verdict(result: Option<&ResultInfo>, exit: Exit) -> Verdict {
 
 #[cfg(test)]
 mod tests {
+    use std::path::PathBuf;
+
     use super::*;
 
     #[test]
