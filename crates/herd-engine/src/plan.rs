@@ -8,7 +8,7 @@ use herd_core::plan::Plan;
 use herd_core::scheduler::{Action, Scheduler};
 use herd_core::workspace::{WorkspaceMode, merge_order};
 use herd_core::{Status, SubagentId, Usage};
-use herd_store::{NewOrchestration, NewStep, StepChange};
+use herd_store::StepChange;
 use serde::Serialize;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
@@ -17,12 +17,11 @@ use crate::workspace::{IsolatedSpec, WorkspaceReq};
 
 pub(crate) mod contract;
 mod isolation;
+pub(crate) mod record;
 mod request;
 use crate::run::{Ahead, Ended};
 use crate::slots::Slots;
 use crate::{Engine, EngineError, StopLevel, TaskReport};
-use contract::contract;
-pub(crate) use contract::contract as contract_of;
 use isolation::{Isolation, isolated_spec};
 use request::{step_parts, step_request};
 
@@ -192,44 +191,23 @@ impl Engine {
         }
         let plan_id = opts.id.clone().unwrap_or_else(|| format!("pln_{}", SubagentId::generate()));
         let bound = plan_bound(plan, opts.max_concurrent, opts.max_per_parent);
-        let n = plan.steps.len();
         let iso = self.plan_isolation(plan, &opts, &plan_id).await?;
-        let new_steps: Vec<NewStep> = (0..n)
-            .map(|i| {
-                let s = &plan.steps[i];
-                let req = &opts.requests[i];
-                NewStep {
-                    key: s.id.clone(),
-                    name: s.fields.name.clone().unwrap_or_else(|| s.id.clone()),
-                    prompt: s.fields.prompt.clone().unwrap_or_default(),
-                    model: s.fields.model.clone(),
-                    cwd: Some(req.cwd.display().to_string()),
-                    tools: s.fields.tools.clone(),
-                    depends_on: s.depends_on.clone(),
-                    contract: contract(&plan_id, plan, i, req.timeout),
-                }
-            })
-            .collect();
-        let (me, me_start) = self.owner();
         let w = self.writer();
-        let session = match opts.requests.first() {
-            Some(r) => self.session_of(&r.caller)?,
-            None => self.session_of(&crate::RunCaller::default())?,
-        };
         // A resumed plan is stored already (and reopened by its caller).
         if opts.resume.is_none() {
-            w.create_orchestration(NewOrchestration {
-                id: plan_id.clone(),
+            let session = match opts.requests.first() {
+                Some(r) => self.session_of(&r.caller)?,
+                None => self.session_of(&crate::RunCaller::default())?,
+            };
+            let o = record::new_orchestration(
+                &plan_id,
+                plan,
+                &opts.requests,
                 session,
-                name: plan.name.clone(),
-                strategy: format!("{:?}", plan.strategy).to_lowercase(),
-                plan: serde_json::to_string(plan).unwrap_or_default(),
-                source_file: opts.source_file.clone(),
-                steps: new_steps,
-                owner_pid: me,
-                owner_start_time: me_start,
-            })
-            .await?;
+                opts.source_file.clone(),
+                self.owner(),
+            );
+            w.create_orchestration(o).await?;
         }
         w.finish_orchestration(&plan_id, "running", herd_store::PlanTotals::default()).await?;
         if let Some(stored) = opts.stored.take() {

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use herd_core::plan::Plan;
 use herd_core::{Status, SubagentId};
-use herd_store::{Claim, NewOrchestration, NewStep, QueuedStep, Store};
+use herd_store::{Claim, QueuedStep, Store};
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinSet;
 
@@ -74,22 +74,6 @@ impl Service {
             )));
         }
         let id = format!("pln_{}", SubagentId::generate());
-        let steps: Vec<NewStep> = plan
-            .steps
-            .iter()
-            .zip(&loaded.requests)
-            .enumerate()
-            .map(|(i, (s, req))| NewStep {
-                key: s.id.clone(),
-                name: s.fields.name.clone().unwrap_or_else(|| s.id.clone()),
-                prompt: s.fields.prompt.clone().unwrap_or_default(),
-                model: s.fields.model.clone(),
-                cwd: Some(req.cwd.display().to_string()),
-                tools: s.fields.tools.clone(),
-                depends_on: s.depends_on.clone(),
-                contract: crate::plan::contract_of(&id, plan, i, req.timeout),
-            })
-            .collect();
         let queued: Vec<QueuedStep> = plan
             .steps
             .iter()
@@ -99,18 +83,14 @@ impl Service {
             })
             .collect();
         let session = self.engine.session_of(&crate::RunCaller::of(caller))?;
-        let (pid, start) = self.engine.owner();
-        let o = NewOrchestration {
-            id: id.clone(),
+        let o = crate::plan::record::new_orchestration(
+            &id,
+            plan,
+            &loaded.requests,
             session,
-            name: plan.name.clone(),
-            strategy: format!("{:?}", plan.strategy).to_lowercase(),
-            plan: serde_json::to_string(plan).unwrap_or_default(),
-            source_file: loaded.source_file.clone(),
-            steps,
-            owner_pid: pid,
-            owner_start_time: start,
-        };
+            loaded.source_file.clone(),
+            self.engine.owner(),
+        );
         self.engine.store().submit_orchestration(&o, &text, &queued)?;
         Ok(id)
     }
