@@ -284,15 +284,10 @@ impl pb::subagent_service_server::SubagentService for Api {
     ) -> Reply<Self::WatchOrchestrationStream> {
         let r = req.into_inner();
         need("orchestration_id", &r.orchestration_id)?;
-        let plan = self.svc.plan(&r.orchestration_id).map_err(status)?;
         let from = i64::try_from(r.from_sequence)
             .map_err(|_| status(ApiError::field("from_sequence", "from_sequence: too large")))?;
-        Ok(Response::new(streams::orchestration(
-            self.svc.clone(),
-            plan.id,
-            from,
-            r.include_agent_events,
-        )))
+        let plan = self.svc.watch_plan(&r.orchestration_id, from).map_err(status)?;
+        Ok(Response::new(streams::orchestration(plan, self.svc.clone(), r.include_agent_events)))
     }
 
     async fn resume_orchestration(

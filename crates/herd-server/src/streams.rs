@@ -1,9 +1,7 @@
 //! The server's streams: a run's events (the service's [`Watch`]: stored, then live, exactly
 //! once) and a plan's events read again after each store commit, with its steps' events.
 
-use std::time::Duration;
-
-use herd_engine::service::{Service, Watch};
+use herd_engine::service::{PlanWatch, Service, Watch};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Status;
@@ -15,11 +13,6 @@ use crate::pb;
 /// Events a watcher may have in flight. A watcher slower than its run stops the forwarding
 /// task here, never the run: the watch reads the store once it falls behind the live feed.
 const BUFFER: usize = 256;
-/// Plan events read at once.
-const BATCH: usize = 500;
-/// How long a plan watcher waits for a commit before reading anyway (a plan another herd
-/// process runs commits to the store through its own writer).
-const REREAD: Duration = Duration::from_millis(250);
 
 /// A run's events as a stream; it ends after the run's closing event.
 /// With `json`, each event carries its stored JSON too.
@@ -45,36 +38,26 @@ pub fn subagent(mut watch: Watch, json: bool) -> EventStream<pb::AgentEvent> {
     Box::pin(ReceiverStream::new(rx))
 }
 
-/// Whether a plan event ends the plan's stream.
-fn is_terminal(kind: &str) -> bool {
-    matches!(kind, "plan_completed" | "plan_failed" | "plan_cancelled" | "plan_interrupted")
-}
-
 /// A plan's events from `from` on; with `agents`, each started step's run's events too (each
 /// from its first event). Ends after the plan's terminal event and its steps' last events.
 pub fn orchestration(
+    mut plan: PlanWatch,
     svc: Service,
-    id: String,
-    from: i64,
     agents: bool,
 ) -> EventStream<pb::OrchestrationEvent> {
     let (tx, rx) = mpsc::channel(BUFFER);
     tokio::spawn(async move {
-        let mut commits = svc.commits();
-        let mut last = from.max(1) - 1;
+        let id = plan.id().to_owned();
         let mut steps = tokio::task::JoinSet::new();
-        'plan: loop {
-            commits.borrow_and_update();
-            let batch = match svc.plan_events(&id, last, BATCH) {
+        while let Some(batch) = plan.next().await {
+            let batch = match batch {
                 Ok(b) => b,
                 Err(e) => {
                     let _ = tx.send(Err(status(e))).await;
                     return;
                 }
             };
-            let mut ended = false;
             for e in &batch {
-                last = e.seq;
                 let msg = convert::plan_event(&id, e);
                 if agents {
                     use pb::orchestration_event::Event as E;
@@ -93,14 +76,6 @@ pub fn orchestration(
                 if tx.send(Ok(msg)).await.is_err() {
                     return;
                 }
-                // An end the plan has since been resumed from is not the stream's end.
-                ended |= is_terminal(&e.kind) && svc.plan(&id).is_ok_and(|p| p.is_terminal());
-            }
-            if ended {
-                break 'plan;
-            }
-            if batch.len() < BATCH {
-                let _ = tokio::time::timeout(REREAD, commits.changed()).await;
             }
         }
         while steps.join_next().await.is_some() {}

@@ -11,6 +11,7 @@ mod api;
 mod board;
 mod error;
 mod jobs;
+mod plan_watch;
 mod plans;
 mod pool;
 mod read;
@@ -34,6 +35,7 @@ pub use error::{ApiError, Code};
 /// Where a service's database is (`--store`), and a worker as the shared store records it.
 pub use herd_store::{Backend as StoreBackend, WorkerRow};
 pub use jobs::{JobState, Waited};
+pub use plan_watch::PlanWatch;
 pub use plans::{PlanOutline, PlanStarted};
 pub use read::{AuditQuery, GcReport, Pruned, RunFilter};
 pub use request::{AGENTS_MD_BUDGET, DEFAULT_TIMEOUT, MEMORY_BUDGET};

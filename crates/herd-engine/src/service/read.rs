@@ -87,9 +87,21 @@ impl Service {
 
     /// A plan run (id or unique prefix, `pln_…`) with its steps, each with its latest run's
     /// figures, and the worktrees of its isolated steps (the merge results).
+    /// Plan `id`'s whole id, from itself or a unique prefix.
+    pub(super) fn plan_id(&self, id: &str) -> Result<String, ApiError> {
+        self.engine.store().resolve_plan(id.trim()).map_err(plan_error)
+    }
+
+    /// Whether plan `id` (its whole id) has ended: one row read, not its steps.
+    pub(super) fn plan_ended(&self, id: &str) -> Result<bool, ApiError> {
+        let o = self.engine.store().orchestration(id)?;
+        let o = o.ok_or_else(|| ApiError::not_found(format!("no plan {id}")))?;
+        Ok(super::views::plan_status_ended(&o.status))
+    }
+
     pub fn plan(&self, id: &str) -> Result<PlanView, ApiError> {
+        let id = self.plan_id(id)?;
         let store = self.engine.store();
-        let id = store.resolve_plan(id.trim()).map_err(plan_error)?;
         let o = store
             .orchestration(&id)?
             .ok_or_else(|| ApiError::not_found(format!("no plan {id}")))?;
@@ -143,8 +155,8 @@ impl Service {
         after: i64,
         limit: usize,
     ) -> Result<Vec<PlanEventView>, ApiError> {
+        let id = self.plan_id(id)?;
         let store = self.engine.store();
-        let id = store.resolve_plan(id.trim()).map_err(plan_error)?;
         Ok(store
             .plan_events_after(&id, after, limit)?
             .into_iter()
@@ -354,11 +366,7 @@ impl Service {
         caller: &Caller,
     ) -> Result<JobState, ApiError> {
         let id = id.trim();
-        let key = if id.starts_with("pln_") {
-            self.engine.store().resolve_plan(id).map_err(plan_error)?
-        } else {
-            self.run(id)?.id
-        };
+        let key = if id.starts_with("pln_") { self.plan_id(id)? } else { self.run(id)?.id };
         let stop = match level {
             CancelLevel::Graceful => StopLevel::Graceful,
             CancelLevel::Force => StopLevel::Force,

@@ -365,8 +365,13 @@ impl PlanView {
     }
 
     pub fn is_terminal(&self) -> bool {
-        matches!(self.status.as_str(), "completed" | "failed" | "cancelled" | "interrupted")
+        plan_status_ended(&self.status)
     }
+}
+
+/// Whether a plan in `status` has ended (an `interrupted` one until `--resume` reopens it).
+pub(crate) fn plan_status_ended(status: &str) -> bool {
+    matches!(status, "completed" | "failed" | "cancelled" | "interrupted")
 }
 
 /// One step of a plan, with the figures of its latest run.

@@ -131,12 +131,9 @@ async fn route(s: &State, req: Request<Incoming>) -> Result<Resp, Failure> {
         }
         ["plans", id] => Ok(http::json(StatusCode::OK, &s.svc.plan(id).map_err(api_error)?)),
         ["plans", id, "stream"] => {
-            let plan = s.svc.plan(id).map_err(api_error)?;
             let from = sse::resume_from(&req, http::query_num(&req, "from").map_err(bad)?);
-            let snapshot = |svc: &Service, id: &str| {
-                svc.plan(id).ok().and_then(|p| serde_json::to_string(&p).ok())
-            };
-            Ok(sse::plan(s.svc.clone(), plan.id, from, snapshot, s.stop.clone()))
+            let w = s.svc.watch_plan(id, from).map_err(api_error)?;
+            Ok(sse::plan(w, s.svc.clone(), s.stop.clone()))
         }
         ["pending"] => pending(s),
         ["requests", id] => Ok(http::json(StatusCode::OK, &s.svc.request(id).map_err(api_error)?)),

@@ -5,7 +5,7 @@
 use std::convert::Infallible;
 use std::time::Duration;
 
-use herd_engine::service::{Service, Watch};
+use herd_engine::service::{PlanWatch, Service, Watch};
 use http_body_util::{BodyExt, StreamBody};
 use hyper::Response;
 use hyper::body::{Bytes, Frame};
@@ -21,10 +21,6 @@ use super::http::{self, Resp};
 const BUFFER: usize = 256;
 /// A comment this often tells a dead connection from a quiet one.
 const KEEPALIVE: Duration = Duration::from_secs(15);
-/// Plan events read at once.
-const BATCH: usize = 500;
-/// How long a plan feed waits for a commit before reading anyway (another process may run it).
-const REREAD: Duration = Duration::from_millis(250);
 /// The least time between two ticks of the general feed (pages re-read lists on a tick).
 const TICK: Duration = Duration::from_millis(400);
 
@@ -102,66 +98,52 @@ fn err_frame(message: &str) -> Bytes {
     frame("failure", None, &serde_json::json!({ "message": message }).to_string())
 }
 
-/// A plan's events after `from - 1`, and after each batch a snapshot (`snapshot()`); `end` once
-/// the plan has ended and everything was sent.
-pub fn plan<F>(
-    svc: Service,
-    id: String,
-    from: i64,
-    snapshot: F,
-    mut stop: watch::Receiver<bool>,
-) -> Resp
-where
-    F: Fn(&Service, &str) -> Option<String> + Send + 'static,
-{
+/// A plan's events (its watch), and a snapshot of the plan (its view) at the start and after
+/// each batch; `end` once the plan has ended and everything was sent.
+pub fn plan(mut watch: PlanWatch, svc: Service, mut stop: watch::Receiver<bool>) -> Resp {
     let (tx, rx) = mpsc::channel(BUFFER);
     tokio::spawn(async move {
-        let mut commits = svc.commits();
-        let mut last = from - 1;
-        let mut first = true;
-        let mut idle = std::time::Instant::now();
+        let snapshot = |svc: &Service, id: &str| {
+            let json = svc.plan(id).ok().and_then(|p| serde_json::to_string(&p).ok());
+            json.map(|s| frame("snapshot", None, &s))
+        };
+        if let Some(s) = snapshot(&svc, watch.id())
+            && tx.send(s).await.is_err()
+        {
+            return;
+        }
         loop {
-            commits.borrow_and_update();
-            let batch = match svc.plan_events(&id, last, BATCH) {
-                Ok(b) => b,
-                Err(e) => {
+            let batch = tokio::select! {
+                b = watch.next() => b,
+                _ = tokio::time::sleep(KEEPALIVE) => {
+                    if tx.send(Bytes::from_static(b": keepalive\n\n")).await.is_err() {
+                        return;
+                    }
+                    continue;
+                }
+                _ = stopped(&mut stop) => return,
+            };
+            let batch = match batch {
+                None => {
+                    let _ = tx.send(frame("end", None, "{}")).await;
+                    return;
+                }
+                Some(Err(e)) => {
                     let _ = tx.send(err_frame(&e.message)).await;
                     return;
                 }
+                Some(Ok(b)) => b,
             };
             for e in &batch {
-                last = e.seq;
                 let j = serde_json::to_string(e).unwrap_or_default();
                 if tx.send(frame("plan", Some(e.seq), &j)).await.is_err() {
                     return;
                 }
             }
-            if first || !batch.is_empty() {
-                first = false;
-                idle = std::time::Instant::now();
-                if let Some(s) = snapshot(&svc, &id)
-                    && tx.send(frame("snapshot", None, &s)).await.is_err()
-                {
-                    return;
-                }
-            }
-            let ended = batch.len() < BATCH && svc.plan(&id).is_ok_and(|p| p.is_terminal());
-            if ended {
-                let _ = tx.send(frame("end", None, "{}")).await;
+            if let Some(s) = snapshot(&svc, watch.id())
+                && tx.send(s).await.is_err()
+            {
                 return;
-            }
-            if batch.len() == BATCH {
-                continue;
-            }
-            if idle.elapsed() > KEEPALIVE {
-                idle = std::time::Instant::now();
-                if tx.send(Bytes::from_static(b": keepalive\n\n")).await.is_err() {
-                    return;
-                }
-            }
-            tokio::select! {
-                _ = tokio::time::timeout(REREAD, commits.changed()) => {}
-                _ = stopped(&mut stop) => return,
             }
         }
     });
