@@ -134,7 +134,7 @@ fn queue(url: &str, dir: &Path, n: usize, k: usize, round: usize) -> (f64, Vec<D
         owner_pid: std::process::id(),
         owner_start_time: None,
     };
-    s.submit_orchestration(&o, "steps: []", &vec![QueuedStep::default(); n]).expect("submit");
+    s.submit_orchestration(&o, "steps: []", &vec![QueuedStep::default(); n], None).expect("submit");
     let start = Instant::now();
     let lat: Vec<Duration> = std::thread::scope(|sc| {
         let hs: Vec<_> = (0..k)

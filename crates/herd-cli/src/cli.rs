@@ -737,6 +737,10 @@ pub struct WorkerArgs {
     /// worker's steps are run again after it
     #[arg(long, default_value = "15s", value_parser = humantime::parse_duration)]
     pub lease: std::time::Duration,
+    /// Where this worker clones the repositories of plans with isolated steps, and puts their
+    /// worktrees [default: $XDG_CACHE_HOME/herd/clones, else ~/.cache/herd/clones]
+    #[arg(long, value_name = "DIR")]
+    pub clones: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Args)]

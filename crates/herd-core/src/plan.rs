@@ -101,6 +101,10 @@ pub struct PlanFile {
     pub worktree_root: Option<String>,
     /// Merge isolated steps into this branch instead of `herd/<run>/integration`.
     pub into: Option<String>,
+    /// The repository workers on other machines clone for isolated steps (a URL git can
+    /// fetch and push; default: the submitting checkout's `origin`). Used by plans served by
+    /// workers; a plan run on one machine works in its steps' own repository.
+    pub repo: Option<String>,
     pub steps: Vec<StepFile>,
 }
 
@@ -124,6 +128,7 @@ pub struct Plan {
     pub limits: Limits,
     pub worktree_root: Option<String>,
     pub into: Option<String>,
+    pub repo: Option<String>,
     pub steps: Vec<Step>,
 }
 
@@ -451,6 +456,13 @@ impl PlanFile {
                 format!("{:?} is not a branch name", self.into.as_deref().unwrap_or("")),
             );
         }
+        if self.repo.as_deref().is_some_and(|r| r.trim().is_empty() || r.starts_with('-')) {
+            add(
+                None,
+                "repo".into(),
+                format!("{:?} is not a repository URL", self.repo.as_deref().unwrap_or("")),
+            );
+        }
         if !problems.is_empty() {
             return Err(PlanError { file: file.into(), problems });
         }
@@ -482,6 +494,7 @@ impl PlanFile {
             limits: self.limits,
             worktree_root: self.worktree_root,
             into: self.into,
+            repo: self.repo,
             steps,
         })
     }

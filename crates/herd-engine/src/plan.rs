@@ -22,6 +22,7 @@ mod request;
 use crate::run::{Ahead, Ended};
 use crate::slots::Slots;
 use crate::{Engine, EngineError, StopLevel, TaskReport};
+pub(crate) use isolation::attempt_spec;
 use isolation::{Isolation, isolated_spec};
 use request::{step_parts, step_request};
 

@@ -3,6 +3,7 @@
 
 mod audit;
 mod db;
+mod merges;
 mod migrate;
 mod model;
 mod plans;
@@ -20,6 +21,7 @@ pub use audit::{
     PermissionRequestRow, RunRequests,
 };
 pub use db::{Backend, redact};
+pub use merges::{MergeCandidate, MergeEnd, PlanRepo};
 pub use model::{NewSubagent, StoredEvent, SubagentRow, Update};
 pub use plans::{
     ActivePlan, NewOrchestration, NewStep, OrchestrationRow, PlanEvent, PlanTotals, StepChange,

@@ -215,6 +215,8 @@ ALTER TABLE orchestrations ADD COLUMN cancel_requested_at INTEGER;
     include_str!("migrations/008_plan_interrupted.sql"),
     // 9: plans served by workers (leases, fences, labels; the workers).
     include_str!("migrations/009_queue.sql"),
+    // 10: a queued plan's repository; a queued step's pushed branch waiting for its merge.
+    include_str!("migrations/010_repo.sql"),
 ];
 
 /// PostgreSQL's own text for the migrations (numbered from 1) whose SQLite text it cannot run

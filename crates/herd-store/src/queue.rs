@@ -53,7 +53,7 @@ pub struct WorkerRow {
 }
 
 impl Store {
-    fn pg(&self) -> Result<&Db> {
+    pub(crate) fn pg(&self) -> Result<&Db> {
         if self.conn.is_pg() {
             Ok(&self.conn)
         } else {
@@ -66,18 +66,28 @@ impl Store {
 
     /// Store plan `o` for workers to run: its steps `pending`, queued, with the plan's text
     /// (each worker loads it again in its own project), then wake the workers.
+    /// `repo`: where its isolated steps' work goes (workers clone it and push to it).
     pub fn submit_orchestration(
         &mut self,
         o: &NewOrchestration,
         text: &str,
         queued: &[QueuedStep],
+        repo: Option<&crate::PlanRepo>,
     ) -> Result<()> {
         let db = self.pg()?;
         db.tx(|tx| {
             crate::plans::create_orchestration(tx, o)?;
             tx.exec(
-                "UPDATE orchestrations SET status = 'running', source_text = ?2 WHERE id = ?1",
-                vals![&o.id, text],
+                "UPDATE orchestrations SET status = 'running', source_text = ?2, repo_url = ?3,
+                     repo_base = ?4, integration_branch = ?5
+                 WHERE id = ?1",
+                vals![
+                    &o.id,
+                    text,
+                    repo.map(|r| r.url.as_str()),
+                    repo.map(|r| r.base.as_str()),
+                    repo.map(|r| r.integration_branch.as_str())
+                ],
             )?;
             for (s, q) in o.steps.iter().zip(queued) {
                 let labels = serde_json::to_string(&q.labels).unwrap_or_default();
@@ -386,18 +396,18 @@ impl Store {
 }
 
 /// Wake the workers (delivered when the transaction commits).
-fn notify(tx: &Db) -> Result<()> {
+pub(crate) fn notify(tx: &Db) -> Result<()> {
     tx.one("SELECT pg_notify(?1, '')::TEXT", vals![STEPS_CHANNEL], |_| Ok(()))
 }
 
 /// One writer at a time per plan until the transaction ends (its dependents, its end).
-fn lock_plan(tx: &Db, orch: &str) -> Result<()> {
+pub(crate) fn lock_plan(tx: &Db, orch: &str) -> Result<()> {
     tx.one("SELECT pg_advisory_xact_lock(hashtext(?1))::TEXT", vals![orch], |_| Ok(()))
 }
 
 /// Pending steps of `orch` with a failed (or cancelled) dependency fail with
 /// `dependency_failed(<it>)`, transitively.
-fn fail_dependents(tx: &Db, orch: &str) -> Result<()> {
+pub(crate) fn fail_dependents(tx: &Db, orch: &str) -> Result<()> {
     loop {
         let failed: Vec<(String, String)> = tx.query(
             "UPDATE orchestration_steps s SET status = 'failed',
@@ -429,7 +439,7 @@ fn fail_dependents(tx: &Db, orch: &str) -> Result<()> {
 
 /// With every step of `orch` ended, the plan ends: `completed` if all completed, else
 /// `failed`; its cost and tokens summed from its runs.
-fn finish_plan_if_done(tx: &Db, orch: &str) -> Result<()> {
+pub(crate) fn finish_plan_if_done(tx: &Db, orch: &str) -> Result<()> {
     let (open, completed, failed): (i64, i64, i64) = tx.one(
         "SELECT COUNT(*) FILTER (WHERE status IN ('pending','running','blocked')),
                 COUNT(*) FILTER (WHERE status = 'completed'),

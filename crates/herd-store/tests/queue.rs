@@ -42,8 +42,13 @@ fn steps_are_claimed_once_in_dependency_order_and_fenced() {
         retries,
         labels: labels.iter().map(|l| l.to_string()).collect(),
     };
-    s.submit_orchestration(&o, "steps: []", &[q(1, &[]), q(0, &[]), q(0, &[]), q(0, &["gpu"])])
-        .unwrap();
+    s.submit_orchestration(
+        &o,
+        "steps: []",
+        &[q(1, &[]), q(0, &[]), q(0, &[]), q(0, &["gpu"])],
+        None,
+    )
+    .unwrap();
     assert_eq!(s.plan_text("pln_q").unwrap().as_deref(), Some("steps: []"));
     let none: Vec<String> = vec![];
     // Only `a` is ready for a worker without labels; nobody else gets it while it is held.
@@ -117,7 +122,7 @@ fn workers_register_and_listen() {
         owner_pid: 1,
         owner_start_time: None,
     };
-    s2.submit_orchestration(&o, "x", &[QueuedStep::default()]).unwrap();
+    s2.submit_orchestration(&o, "x", &[QueuedStep::default()], None).unwrap();
     assert!(listener.wait_notification(std::time::Duration::from_secs(5)));
     assert!(t.elapsed() < std::time::Duration::from_secs(5));
 }
@@ -141,7 +146,7 @@ fn a_step_waits_for_every_dependency_of_its_own_plan() {
     };
     // `join` comes first in plan order but needs both `a` and `b`.
     let one = plan("pln_1", vec![step("join", &["a", "b"]), step("a", &[]), step("b", &[])]);
-    s.submit_orchestration(&one, "x", &vec![QueuedStep::default(); 3]).unwrap();
+    s.submit_orchestration(&one, "x", &vec![QueuedStep::default(); 3], None).unwrap();
     let none: Vec<String> = vec![];
     let a = s.claim_step("w1", &none, 60_000, "r").unwrap().unwrap();
     let b = s.claim_step("w1", &none, 60_000, "r").unwrap().unwrap();
@@ -150,7 +155,7 @@ fn a_step_waits_for_every_dependency_of_its_own_plan() {
     // they are not `join`'s dependencies.
     let two = plan("pln_2", vec![step("a", &[]), step("b", &[])]);
     let elsewhere = QueuedStep { retries: 0, labels: vec!["elsewhere".into()] };
-    s.submit_orchestration(&two, "x", &vec![elsewhere; 2]).unwrap();
+    s.submit_orchestration(&two, "x", &vec![elsewhere; 2], None).unwrap();
     assert!(s.claim_step("w1", &none, 60_000, "r").unwrap().is_none());
     assert!(s.finish_claim(&a, "completed", None).unwrap());
     assert!(s.claim_step("w1", &none, 60_000, "r").unwrap().is_none(), "b still runs");

@@ -36,6 +36,7 @@ pub fn work(state_dir: &Path, a: WorkerArgs) -> anyhow::Result<u8> {
         labels: a.labels.iter().map(|l| l.trim().to_owned()).filter(|l| !l.is_empty()).collect(),
         lease: a.lease.max(Duration::from_millis(300)),
         exit_when_idle: a.drain,
+        clones: a.clones.map_or_else(default_clones, Ok)?,
     };
     let rt = super::runtime()?;
     let summary = rt.block_on(async move {
@@ -61,6 +62,18 @@ pub fn work(state_dir: &Path, a: WorkerArgs) -> anyhow::Result<u8> {
     })?;
     println!("{}", serde_json::to_string(&summary)?);
     Ok(0)
+}
+
+/// Where a worker clones plans' repositories unless told: the user's cache, not the project
+/// (agents may not write into herd's state directory, and a clone there would show up in the
+/// project's `git status`).
+fn default_clones() -> anyhow::Result<std::path::PathBuf> {
+    let cache = std::env::var_os("XDG_CACHE_HOME")
+        .filter(|v| !v.is_empty())
+        .map(std::path::PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache")))
+        .ok_or_else(|| crate::UsageError("no HOME or XDG_CACHE_HOME: give --clones DIR".into()))?;
+    Ok(cache.join("herd").join("clones"))
 }
 
 /// `herd workers`: the registered workers.

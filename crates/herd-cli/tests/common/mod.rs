@@ -7,6 +7,7 @@ pub mod browser;
 pub mod daemon;
 pub mod mcp;
 pub mod web;
+pub mod workers;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};

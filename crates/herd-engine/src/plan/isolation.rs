@@ -35,6 +35,17 @@ pub(super) fn isolated_spec(
         }
         None => (iso.base.clone(), "HEAD".into()),
     };
+    Ok(attempt_spec(iso, s, attempt, base, req))
+}
+
+/// The worktree of `s`'s `attempt`, from `base` (commit, as written).
+pub(crate) fn attempt_spec(
+    iso: &IsolationPlan,
+    s: &herd_core::plan::Step,
+    attempt: u32,
+    base: (String, String),
+    req: &TaskRequest,
+) -> IsolatedSpec {
     // A retry gets a fresh worktree and branch; the failed attempt's stay for a person.
     let name = if attempt > 1 { format!("{}-attempt{attempt}", s.id) } else { s.id.clone() };
     let prompt = s.fields.prompt.as_deref().unwrap_or("");
@@ -47,7 +58,7 @@ pub(super) fn isolated_spec(
         req.timeout,
     );
     spec.step = s.id.clone();
-    Ok(spec)
+    spec
 }
 
 impl Engine {

@@ -20,6 +20,7 @@ mod tasks;
 mod views;
 mod watch;
 mod worker;
+mod worker_repo;
 
 use std::path::Path;
 use std::sync::Arc;

@@ -6,19 +6,23 @@
 //! run is started by this process's guards, so a worker killed with `kill -9` leaves no agent
 //! behind; its leases expire and another worker (any of them sweeps) re-queues its steps.
 
-use std::collections::HashMap;
-use std::sync::Arc;
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use herd_core::plan::Plan;
+use herd_core::workspace::WorkspaceMode;
 use herd_core::{Status, SubagentId};
 use herd_store::{Claim, QueuedStep, Store};
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinSet;
 
 use super::api::{Caller, PlanSource, PlanSpec};
+use super::worker_repo::{QueuedRepo, push_step};
 use super::{ApiError, Service};
 use crate::StopLevel;
+use crate::workspace::remote::submission_repo;
 
 /// How a worker runs.
 #[derive(Debug, Clone)]
@@ -34,6 +38,8 @@ pub struct WorkerOptions {
     pub lease: Duration,
     /// Exit once no step is ready for it and none of its own runs (`herd worker --drain`).
     pub exit_when_idle: bool,
+    /// Where its clones of plans' repositories go (isolated steps work in them).
+    pub clones: PathBuf,
 }
 
 /// What a worker did.
@@ -60,20 +66,26 @@ impl Service {
         };
         let loaded = self.load_plan(caller, &spec)?;
         let plan = &loaded.plan;
-        // Workers do not clone, push or merge yet: an isolated step would run unisolated.
-        if let Some(s) = plan
+        let id = format!("pln_{}", SubagentId::generate());
+        // Isolated steps work in the workers' clones of one repository, and merge there.
+        let first_isolated = plan
             .steps
             .iter()
-            .find(|s| s.workspace() == herd_core::workspace::WorkspaceMode::Isolated)
-        {
-            return Err(ApiError::invalid(format!(
-                "step {}: `workspace: isolated` is not served by workers yet (they do not clone \
-                 the repository or push step branches); run this plan without --store, or make \
-                 the step shared or locked",
-                s.id
-            )));
-        }
-        let id = format!("pln_{}", SubagentId::generate());
+            .position(|s| s.workspace() == herd_core::workspace::WorkspaceMode::Isolated);
+        let repo = match first_isolated {
+            Some(i) => {
+                let dir = loaded.requests[i].cwd.clone();
+                let (url, into) = (plan.repo.clone(), spec.into.clone().or(plan.into.clone()));
+                let pid = id.clone();
+                let r = tokio::task::spawn_blocking(move || {
+                    submission_repo(&dir, url.as_deref(), &pid, into.as_deref())
+                })
+                .await
+                .map_err(|e| ApiError::internal(e.to_string()))?;
+                Some(r.map_err(|e| ApiError::invalid(e.to_string()))?)
+            }
+            None => None,
+        };
         let queued: Vec<QueuedStep> = plan
             .steps
             .iter()
@@ -91,7 +103,7 @@ impl Service {
             loaded.source_file.clone(),
             self.engine.owner(),
         );
-        self.engine.store().submit_orchestration(&o, &text, &queued)?;
+        self.engine.store().submit_orchestration(&o, &text, &queued, repo.as_ref())?;
         Ok(id)
     }
 
@@ -110,11 +122,15 @@ impl Service {
             &opts.labels,
             opts.max_concurrent as u32,
         )?;
+        // Merges take a plan's merge lock on a connection of their own, held across git.
+        let merge_store = Arc::new(Mutex::new(Store::open(self.engine.paths().clone())?));
+        let mut merging: JoinSet<(String, Result<(), String>)> = JoinSet::new();
+        let (mut merging_plans, mut merge_again) = (HashSet::new(), HashSet::new());
         let woken = Arc::new(Notify::new());
         let stop_listening = Arc::new(std::sync::atomic::AtomicBool::new(false));
         listen(self.engine.paths().clone(), Arc::clone(&woken), Arc::clone(&stop_listening))?;
         let mut plans: HashMap<String, Arc<Loaded>> = HashMap::new();
-        let mut running: JoinSet<(Claim, Result<Status, String>, Option<String>)> = JoinSet::new();
+        let mut running: JoinSet<(Claim, Result<Outcome, String>)> = JoinSet::new();
         // The stop of each run, by step: a lost lease stops it.
         let mut stops: HashMap<(String, String), watch::Sender<StopLevel>> = HashMap::new();
         let mut summary = WorkerSummary { id: opts.id.clone(), ..Default::default() };
@@ -140,6 +156,14 @@ impl Service {
                     kept
                 });
                 self.engine.store().requeue_expired()?;
+                // Steps waiting for a merge whose merger died, or whose turn came while no
+                // worker was merging that plan.
+                for orch in self.engine.store().plans_awaiting_merge()? {
+                    if let Ok(l) = self.loaded(caller, &mut plans, &orch, &opts) {
+                        merge_again.insert(orch.clone());
+                        spawn_merge(&mut merging, &mut merging_plans, &l, &merge_store, &orch);
+                    }
+                }
             }
             while !draining && running.len() < opts.max_concurrent {
                 let run_id = SubagentId::generate();
@@ -155,28 +179,17 @@ impl Service {
                     }
                     break;
                 };
-                let loaded = match plans.get(&claim.orch) {
-                    Some(l) => Arc::clone(l),
-                    None => {
-                        let l = Arc::new(self.load_queued(caller, &claim.orch)?);
-                        plans.insert(claim.orch.clone(), Arc::clone(&l));
-                        l
-                    }
-                };
+                let loaded = self.loaded(caller, &mut plans, &claim.orch, &opts)?;
                 let (stop_tx, stop_rx) = watch::channel(StopLevel::None);
                 stops.insert((claim.orch.clone(), claim.key.clone()), stop_tx);
                 summary.ran += 1;
                 let engine = Arc::clone(&self.engine);
                 running.spawn(async move {
                     let out = run_claim(&engine, &loaded, &claim, run_id, stop_rx).await;
-                    let (status, reason) = match out {
-                        Ok((s, r)) => (Ok(s), r),
-                        Err(e) => (Err(e.clone()), Some(e)),
-                    };
-                    (claim, status, reason)
+                    (claim, out)
                 });
             }
-            if (draining || drain_now) && running.is_empty() {
+            if (draining || drain_now) && running.is_empty() && merging.is_empty() {
                 break;
             }
             tokio::select! {
@@ -188,14 +201,40 @@ impl Service {
                         std::future::pending::<()>().await;
                     }
                 }
+                merged = merging.join_next(), if !merging.is_empty() => {
+                    let Some(merged) = merged else { continue };
+                    let (orch, out) = merged.map_err(|e| ApiError::internal(e.to_string()))?;
+                    merging_plans.remove(&orch);
+                    if let Err(e) = out {
+                        eprintln!("herd worker: the merge gate of plan {orch}: {e}");
+                    }
+                    // Asked again while it ran: another step may have come to wait.
+                    if merge_again.remove(&orch) && let Some(l) = plans.get(&orch) {
+                        let l = Arc::clone(l);
+                        spawn_merge(&mut merging, &mut merging_plans, &l, &merge_store, &orch);
+                    }
+                }
                 joined = running.join_next(), if !running.is_empty() => {
                     let Some(joined) = joined else { continue };
-                    let (claim, status, reason) =
-                        joined.map_err(|e| ApiError::internal(e.to_string()))?;
+                    let (claim, out) = joined.map_err(|e| ApiError::internal(e.to_string()))?;
                     stops.remove(&(claim.orch.clone(), claim.key.clone()));
-                    let status = match status {
-                        Ok(s) => s.to_string(),
-                        Err(_) => "failed".into(),
+                    // A plan with a repository: any step's end may let a waiting one merge.
+                    if let Some(l) = plans.get(&claim.orch).filter(|l| l.repo.is_some()) {
+                        let l = Arc::clone(l);
+                        merge_again.insert(claim.orch.clone());
+                        spawn_merge(&mut merging, &mut merging_plans, &l, &merge_store, &claim.orch);
+                    }
+                    let (status, reason) = match out {
+                        Ok(Outcome::Ended(s, r)) => (s.to_string(), r),
+                        Ok(Outcome::AwaitMerge { branch, head }) => {
+                            if self.engine.store().await_merge(&claim, &branch, &head)? {
+                                summary.completed += 1;
+                            } else {
+                                summary.lost += 1;
+                            }
+                            continue;
+                        }
+                        Err(e) => ("failed".to_owned(), Some(e)),
                     };
                     let status = if status == "completed" { status } else if status == "cancelled" {
                         "cancelled".to_string()
@@ -237,8 +276,29 @@ impl Service {
         self.engine.store().is_postgres()
     }
 
+    /// Queued plan `orch` as this worker runs it, loaded on first use.
+    fn loaded(
+        &self,
+        caller: &Caller,
+        plans: &mut HashMap<String, Arc<Loaded>>,
+        orch: &str,
+        opts: &WorkerOptions,
+    ) -> Result<Arc<Loaded>, ApiError> {
+        if let Some(l) = plans.get(orch) {
+            return Ok(Arc::clone(l));
+        }
+        let l = Arc::new(self.load_queued(caller, orch, opts)?);
+        plans.insert(orch.to_owned(), Arc::clone(&l));
+        Ok(l)
+    }
+
     /// A queued plan, loaded again in this worker's project from the text it was submitted as.
-    fn load_queued(&self, caller: &Caller, orch: &str) -> Result<Loaded, ApiError> {
+    fn load_queued(
+        &self,
+        caller: &Caller,
+        orch: &str,
+        opts: &WorkerOptions,
+    ) -> Result<Loaded, ApiError> {
         let text = self
             .engine
             .store()
@@ -252,7 +312,12 @@ impl Service {
             non_interactive: true,
         };
         let l = self.load_plan(caller, &spec)?;
-        Ok(Loaded { plan: l.plan, requests: l.requests })
+        let repo = self
+            .engine
+            .store()
+            .plan_repo(orch)?
+            .map(|r| QueuedRepo::new(r, opts.clones.clone(), &l.plan));
+        Ok(Loaded { plan: l.plan, requests: l.requests, repo })
     }
 }
 
@@ -260,16 +325,48 @@ impl Service {
 struct Loaded {
     plan: Plan,
     requests: Vec<crate::TaskRequest>,
+    /// Its repository, when it has isolated steps.
+    repo: Option<QueuedRepo>,
 }
 
-/// Run claimed step `c` as run `id`: its status, and why it failed.
+/// How a claimed step's run ended here.
+enum Outcome {
+    /// With this status, and why it failed.
+    Ended(Status, Option<String>),
+    /// Its agent finished and its branch was pushed: it waits for its merge.
+    AwaitMerge { branch: String, head: String },
+}
+
+/// Run plan `orch`'s merge gate on a task of its own, unless one runs already (it is then
+/// asked again when that one ends, through `merge_again`).
+fn spawn_merge(
+    merging: &mut JoinSet<(String, Result<(), String>)>,
+    merging_plans: &mut HashSet<String>,
+    loaded: &Arc<Loaded>,
+    store: &Arc<Mutex<Store>>,
+    orch: &str,
+) {
+    if loaded.repo.is_none() || !merging_plans.insert(orch.to_owned()) {
+        return;
+    }
+    let (loaded, store, orch) = (Arc::clone(loaded), Arc::clone(store), orch.to_owned());
+    merging.spawn(async move {
+        let out = match &loaded.repo {
+            Some(r) => r.merge_waiting(store, &orch).await,
+            None => Ok(()),
+        };
+        (orch, out)
+    });
+}
+
+/// Run claimed step `c` as run `id`: how it ended; an isolated step's branch is pushed.
 async fn run_claim(
     engine: &Arc<crate::Engine>,
     loaded: &Loaded,
     c: &Claim,
     id: SubagentId,
     stop: watch::Receiver<StopLevel>,
-) -> Result<(Status, Option<String>), String> {
+) -> Result<Outcome, String> {
     let step = loaded
         .plan
         .steps
@@ -278,14 +375,28 @@ async fn run_claim(
         .ok_or_else(|| format!("step {} is not in the plan as this worker loads it", c.key))?;
     let results: HashMap<String, String> =
         engine.store().step_results(&c.orch).map_err(|e| e.to_string())?.into_iter().collect();
-    let req =
+    let mut req =
         crate::plan::queued_step_request(&loaded.plan, step, &loaded.requests[step], &results);
+    let isolated = loaded.plan.steps[step].workspace() == WorkspaceMode::Isolated;
+    if isolated {
+        let repo = loaded.repo.as_ref().ok_or_else(|| {
+            format!("step {} is isolated, and plan {} names no repository", c.key, c.orch)
+        })?;
+        repo.isolate(&loaded.plan, &c.orch, step, c.attempt, &mut req).await?;
+    }
     engine.create_run(&id, &req).await.map_err(|e| e.to_string())?;
     if !engine.store().claimed_run(c, id.as_str()).map_err(|e| e.to_string())? {
         return Err("lease_lost".into());
     }
+    let pushed = isolated.then(|| req.clone());
     let report = engine.start_run(id, req, stop, None).await.map_err(|e| e.to_string())?;
-    Ok((report.status, report.failure.map(|f| f.to_string())))
+    match (report.status, pushed) {
+        (Status::WaitingForMerge, Some(req)) => {
+            let (branch, head) = push_step(&req).await?;
+            Ok(Outcome::AwaitMerge { branch, head })
+        }
+        (status, _) => Ok(Outcome::Ended(status, report.failure.map(|f| f.to_string()))),
+    }
 }
 
 /// A thread listening for `NOTIFY herd_steps` on a connection of its own, waking the worker.

@@ -34,6 +34,26 @@ fn new_wt_id() -> String {
 }
 
 impl IsolationPlan {
+    /// The isolation of plan `run_id` in a worker's clone `repo` (its integration worktree is
+    /// made when it first merges; see [`super::remote::RepoClone::merge`]).
+    pub fn in_clone(
+        repo: PathBuf,
+        root: PathBuf,
+        run_id: &str,
+        base: String,
+        integration_branch: String,
+    ) -> Self {
+        IsolationPlan {
+            integration_path: root.join(run_id).join(".integration"),
+            repo,
+            root,
+            run_id: run_id.to_owned(),
+            base,
+            integration_branch,
+            integration_id: new_wt_id(),
+        }
+    }
+
     /// The base commit a step's own `base` names.
     pub fn resolve_base(&self, rev: &str) -> Result<String, GitError> {
         Git::new(&self.repo).commit_of(rev)

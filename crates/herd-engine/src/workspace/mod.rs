@@ -4,6 +4,7 @@
 pub mod git;
 mod lifecycle;
 pub mod refs;
+pub mod remote;
 pub mod teardown;
 
 use std::path::{Path, PathBuf};

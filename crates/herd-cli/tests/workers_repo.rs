@@ -1,0 +1,153 @@
+//! Isolated steps on several machines: two workers, each with its own clone of a shared
+//! repository, run a plan's isolated steps, push their branches, and merge them into the
+//! integration branch on the shared remote in plan order — a conflict fails only its step.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use common::workers::Worker;
+use common::{World, wait_until};
+use serde_json::Value;
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .env("GIT_AUTHOR_NAME", "t")
+        .env("GIT_AUTHOR_EMAIL", "t@example.com")
+        .env("GIT_COMMITTER_NAME", "t")
+        .env("GIT_COMMITTER_EMAIL", "t@example.com")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).trim_end().to_owned()
+}
+
+/// Steps that finish out of order (a sleeps longest); d needs a's and b's merged work; y and
+/// z both rewrite README, so z — after y in plan order — conflicts.
+const PLAN: &str = "name: code
+defaults: {cli: command, prompt: go, workspace: isolated}
+steps:
+  - {id: a, command: [sh, -c, 'sleep 1.5; echo a > a.txt']}
+  - {id: b, command: [sh, -c, 'sleep 0.7; echo b > b.txt']}
+  - {id: c, command: [sh, -c, 'echo c > c.txt']}
+  - {id: d, depends_on: [a, b], command: [sh, -c, 'test -f a.txt && test -f b.txt && echo d > d.txt']}
+  - {id: y, command: [sh, -c, 'sleep 0.3; echo y > README']}
+  - {id: z, command: [sh, -c, 'echo z > README']}
+";
+
+#[test]
+fn workers_on_two_machines_merge_isolated_steps_into_the_shared_remote_in_plan_order() {
+    let pg = herd_testkit::pg_db();
+    let w = World::new();
+    let dir = tempfile::tempdir().unwrap();
+    // The shared remote, and the person's checkout (a clone of it) where the plan is run.
+    let remote = dir.path().join("shared.git");
+    git(dir.path(), &["init", "--quiet", "--bare", "-b", "main", &remote.to_string_lossy()]);
+    git(&w.work, &["init", "--quiet", "-b", "main"]);
+    std::fs::write(w.work.join("README"), "start\n").unwrap();
+    std::fs::write(w.work.join(".gitignore"), "code.yml\n").unwrap();
+    git(&w.work, &["add", "."]);
+    git(&w.work, &["commit", "--quiet", "-m", "start"]);
+    git(&w.work, &["remote", "add", "origin", &remote.to_string_lossy()]);
+    git(&w.work, &["push", "--quiet", "origin", "main"]);
+    // A commit the remote has not seen: the plan's base is this checkout's HEAD, as on one
+    // machine, so the workers see it.
+    std::fs::write(w.work.join("local.txt"), "local\n").unwrap();
+    git(&w.work, &["add", "local.txt"]);
+    git(&w.work, &["commit", "--quiet", "-m", "local"]);
+    let head = git(&w.work, &["rev-parse", "HEAD"]);
+    std::fs::write(w.work.join("code.yml"), PLAN).unwrap();
+
+    let clones: Vec<String> =
+        (0..2).map(|n| dir.path().join(format!("clones{n}")).display().to_string()).collect();
+    let workers: Vec<Worker> = (0..2)
+        .map(|n| {
+            Worker::start(
+                &w,
+                &pg,
+                dir.path(),
+                n,
+                &["--max-concurrent", "2", "--clones", &clones[n]],
+            )
+        })
+        .collect();
+    let registered = || pg.try_rows("SELECT count(*) FROM workers WHERE status = 'active'");
+    assert!(
+        wait_until(Duration::from_secs(30), || registered()
+            .is_ok_and(|r| r[0][0].as_deref() == Some("2"))),
+        "the workers did not register"
+    );
+
+    let out =
+        w.herd(&["run", "code.yml", "--json"]).env("HERD_STORE_URL", &pg.url).output().unwrap();
+    let logs: String = workers
+        .iter()
+        .map(|x| std::fs::read_to_string(&x.log).unwrap_or_default())
+        .collect::<Vec<_>>()
+        .join("\n---\n");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let report: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| {
+        panic!("{e}: {stdout}\n{}\n{logs}", String::from_utf8_lossy(&out.stderr))
+    });
+    assert_eq!(out.status.code(), Some(1), "the conflict fails the plan: {report:#}\n{logs}");
+    let plan = report["id"].as_str().unwrap().to_owned();
+    let status = |k: &str| {
+        let s = report["steps"].as_array().unwrap().iter().find(|s| s["step_key"] == k).unwrap();
+        (s["status"].as_str().unwrap().to_owned(), s["failure_reason"].as_str().map(str::to_owned))
+    };
+    for k in ["a", "b", "c", "d", "y"] {
+        assert_eq!(status(k), ("completed".into(), None), "{k}: {report:#}\n{logs}");
+    }
+    assert_eq!(status("z"), ("failed".into(), Some("merge_conflict".into())), "{report:#}");
+
+    // The integration branch on the shared remote: one merge per step, in plan order (merge
+    // order: d after its dependencies), on top of the person's HEAD.
+    let integration = format!("herd/{plan}/integration");
+    let remote_git = |args: &[&str]| {
+        let mut a = vec!["--git-dir", remote.to_str().unwrap()];
+        a.extend_from_slice(args);
+        git(dir.path(), &a)
+    };
+    let subjects = remote_git(&["log", "--first-parent", "--format=%s", &integration]);
+    let merged: Vec<&str> = subjects
+        .lines()
+        .filter_map(|l| l.strip_prefix("herd: merge step "))
+        .map(|l| l.split(' ').next().unwrap())
+        .collect();
+    assert_eq!(merged, ["y", "d", "c", "b", "a"], "newest first:\n{subjects}");
+    assert!(remote_git(&["merge-base", "--is-ancestor", &head, &integration]).is_empty());
+    let files = remote_git(&["ls-tree", "--name-only", &integration]);
+    for f in ["a.txt", "b.txt", "c.txt", "d.txt", "local.txt"] {
+        assert!(files.lines().any(|l| l == f), "{f} is not merged:\n{files}");
+    }
+    assert_eq!(remote_git(&["show", &format!("{integration}:README")]), "y");
+    // Each step's branch was pushed (z's too: its work is kept for a person).
+    let branches = remote_git(&["branch", "--list", &format!("herd/{plan}/*")]);
+    for k in ["a", "b", "c", "d", "y", "z"] {
+        assert!(branches.contains(&format!("herd/{plan}/{k}")), "{k}: {branches}");
+    }
+    // The steps ran in the workers' clones, never in the person's checkout.
+    assert_eq!(git(&w.work, &["rev-parse", "HEAD"]), head);
+    assert_eq!(git(&w.work, &["status", "--porcelain"]), "");
+    let ran_in: Vec<String> = pg
+        .rows(&format!(
+            "SELECT a.working_directory FROM orchestration_steps s \
+             JOIN subagents a ON a.id = s.subagent_id WHERE s.orchestration_id = '{plan}'"
+        ))
+        .into_iter()
+        .filter_map(|r| r[0].clone())
+        .collect();
+    assert_eq!(ran_in.len(), 6, "{ran_in:?}");
+    for d in &ran_in {
+        assert!(clones.iter().any(|c| d.starts_with(c.as_str())), "{d} is not in a clone");
+    }
+    for x in workers {
+        let summary = x.drain();
+        assert_eq!(summary["lost"], 0, "{summary}");
+    }
+}
