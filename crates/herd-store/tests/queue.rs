@@ -165,3 +165,94 @@ fn a_step_waits_for_every_dependency_of_its_own_plan() {
     assert!(s.finish_claim(&join, "completed", None).unwrap());
     assert_eq!(s.orchestration("pln_1").unwrap().unwrap().status, "completed");
 }
+
+#[test]
+fn a_pushed_step_waits_for_one_merger_and_its_merge_ends_it_once() {
+    use herd_core::{FailureReason, Status};
+    use herd_store::{MergeEnd, PlanRepo};
+    let pg = herd_testkit::pg_db();
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = open(&pg, dir.path());
+    let other = open(&pg, dir.path());
+    s.create_session("s1", "cli", dir.path()).unwrap();
+    let o = NewOrchestration {
+        id: "pln_m".into(),
+        session: "s1".into(),
+        name: "m".into(),
+        strategy: "dag".into(),
+        plan: "{}".into(),
+        source_file: None,
+        steps: vec![step("a", &[]), step("b", &["a"]), step("c", &[])],
+        owner_pid: 1,
+        owner_start_time: None,
+    };
+    let repo = PlanRepo {
+        url: "/srv/app.git".into(),
+        base: "0123abcd".into(),
+        integration_branch: "herd/pln_m/integration".into(),
+    };
+    s.submit_orchestration(&o, "x", &vec![QueuedStep::default(); 3], Some(&repo)).unwrap();
+    assert_eq!(other.plan_repo("pln_m").unwrap(), Some(repo));
+    let none: Vec<String> = vec![];
+    let a = s.claim_step("w1", &none, 60_000, "r1").unwrap().unwrap();
+    let c = s.claim_step("w1", &none, 60_000, "r2").unwrap().unwrap();
+    assert_eq!((a.key.as_str(), c.key.as_str()), ("a", "c"));
+    // A stale holder (an older fence) cannot hand the step over.
+    let stale = herd_store::Claim { fence: a.fence - 1, ..a.clone() };
+    assert!(!s.await_merge(&stale, "herd/pln_m/a", "h0").unwrap());
+    assert!(s.await_merge(&a, "herd/pln_m/a", "h1").unwrap());
+    // Waiting, it holds no lease (nothing expires it) and is still open: `b` is not ready.
+    assert_eq!(other.requeue_expired().unwrap(), 0);
+    assert!(other.claim_step("w2", &none, 60_000, "r3").unwrap().is_none());
+    assert_eq!(other.plans_awaiting_merge().unwrap(), vec!["pln_m".to_owned()]);
+    let waiting = other.merge_candidates("pln_m").unwrap();
+    assert_eq!(waiting[0].merge_branch.as_deref(), Some("herd/pln_m/a"));
+    assert_eq!(waiting[0].merge_head.as_deref(), Some("h1"));
+    // One merger per plan: the lock is refused to another connection until given back, and a
+    // merger whose connection ends frees it.
+    assert!(s.try_merge_lock("pln_m").unwrap());
+    assert!(!other.try_merge_lock("pln_m").unwrap());
+    assert!(other.try_merge_lock("pln_other").unwrap());
+    s.merge_unlock("pln_m").unwrap();
+    assert!(other.try_merge_lock("pln_m").unwrap());
+    drop(other);
+    let third = open(&pg, dir.path());
+    assert!(third.try_merge_lock("pln_m").unwrap(), "the lock outlived its connection");
+    // Merged: the step completes once (a second merger finds nothing waiting); `b` is ready.
+    let merged = MergeEnd {
+        status: Status::Completed,
+        failure: None,
+        commit: Some("m1".into()),
+        events: Vec::new(),
+    };
+    assert!(third.finish_merge("pln_m", "a", &merged).unwrap());
+    assert!(!third.finish_merge("pln_m", "a", &merged).unwrap());
+    assert!(third.plans_awaiting_merge().unwrap().is_empty());
+    let b = third.claim_step("w2", &none, 60_000, "r3").unwrap().unwrap();
+    assert_eq!(b.key, "b");
+    // A conflict fails the step; the plan ends once every step has.
+    assert!(s.await_merge(&c, "herd/pln_m/c", "h2").unwrap());
+    let conflict = MergeEnd {
+        status: Status::Failed,
+        failure: Some(FailureReason::MergeConflict),
+        commit: None,
+        events: Vec::new(),
+    };
+    assert!(third.finish_merge("pln_m", "c", &conflict).unwrap());
+    assert!(third.finish_claim(&b, "completed", None).unwrap());
+    let (row, steps) =
+        (third.orchestration("pln_m").unwrap().unwrap(), third.steps("pln_m").unwrap());
+    let st: Vec<(&str, &str, Option<&str>)> = steps
+        .iter()
+        .map(|s| (s.step_key.as_str(), s.status.as_str(), s.failure_reason.as_deref()))
+        .collect();
+    assert_eq!(
+        st,
+        [
+            ("a", "completed", None),
+            ("b", "completed", None),
+            ("c", "failed", Some("merge_conflict"))
+        ]
+    );
+    assert_eq!(row.status, "failed");
+}
