@@ -28,7 +28,7 @@ pub use plans::{
     StepRow, StepTally,
 };
 pub use queue::{Claim, QueuedStep, STEPS_CHANNEL, WorkerRow};
-pub use store::{OrphanCandidate, STATE_GITIGNORE, StatePaths, Store, orphaned_update};
+pub use store::{OrphanCandidate, STATE_GITIGNORE, StatePaths, Store, host_id, orphaned_update};
 pub use transcript::{Meta, Transcript};
 pub use worktrees::{IsAlive, IsAliveFn, LockHolder, NewWorktree, WorktreeRow};
 pub use writer::{Created, Pending, Writer, WriterHandle};

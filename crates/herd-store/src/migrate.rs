@@ -215,7 +215,8 @@ ALTER TABLE orchestrations ADD COLUMN cancel_requested_at INTEGER;
     include_str!("migrations/008_plan_interrupted.sql"),
     // 9: plans served by workers (leases, fences, labels; the workers).
     include_str!("migrations/009_queue.sql"),
-    // 10: a queued plan's repository; a queued step's pushed branch waiting for its merge.
+    // 10: a queued plan's repository; a queued step's pushed branch waiting for its merge;
+    // the machine of every owning process.
     include_str!("migrations/010_repo.sql"),
 ];
 
@@ -418,7 +419,8 @@ mod tests {
              INSERT INTO worktrees (id, kind, run_id, step_key, repo, root, path, branch, base,
                  status, created_at) VALUES ('w', 'step', 'o', 'x', '/r', '/t', '/t/x', 'b', 'main',
                  'conflict', 16);
-             INSERT INTO worktree_locks VALUES ('/w', 'a', 'exclusive', 1, 2, 17);
+             INSERT INTO worktree_locks (path, holder, lock_mode, owner_pid, owner_start_time,
+                 acquired_at) VALUES ('/w', 'a', 'exclusive', 1, 2, 17);
              INSERT INTO audit_log (ts, event_type, severity, subagent_id, decision, details)
                VALUES (18, 'permission', 'warn', 'a', 'observed', '{}'),
                       (19, 'spawn', 'info', 'b', NULL, NULL);
@@ -487,7 +489,8 @@ mod tests {
         "INSERT INTO audit_log (ts, event_type, severity, subagent_id, decision, details)
              VALUES (1, 'spawn', 'info', ?1, 'allow', '{}')",
         "UPDATE orchestration_steps SET status = ?2 WHERE id = ?1",
-        "INSERT INTO worktree_locks VALUES ('/w', ?1, 'none', 1, 2, 3)",
+        "INSERT INTO worktree_locks (path, holder, lock_mode, owner_pid, owner_start_time, acquired_at)
+             VALUES ('/w', ?1, 'none', 1, 2, 3)",
         "UPDATE worktrees SET status = ?2 WHERE id = ?1",
         "UPDATE permission_requests SET status = ?2 WHERE id = ?1",
     ];

@@ -259,15 +259,14 @@ impl Store {
     /// Active plan runs with their owner's identity.
     pub fn active_orchestrations(&self) -> Result<Vec<ActivePlan>> {
         self.conn().query(
-            "SELECT id, owner_pid, owner_start_time FROM orchestrations WHERE status IN ('pending','running')",
-            vals![],
-            |r| {
-                Ok(ActivePlan {
-                    id: r.get(0)?,
-                    owner_pid: r.get(1)?,
-                    owner_start_time: r.get(2)?,
-                })
-            },
+            // A plan served by workers is not its submitter's: its steps' leases keep it.
+            &format!(
+                "SELECT id, owner_pid, owner_start_time FROM orchestrations
+                 WHERE status IN ('pending','running') AND source_text IS NULL AND {}",
+                crate::store::MINE
+            ),
+            vals![crate::host_id()],
+            |r| Ok(ActivePlan { id: r.get(0)?, owner_pid: r.get(1)?, owner_start_time: r.get(2)? }),
         )
     }
 
@@ -485,9 +484,9 @@ impl Store {
         self.conn.tx(|tx| {
         let n = tx.exec(
             "UPDATE orchestrations SET status = 'running', completed_at = NULL, owner_pid = ?2,
-                    owner_start_time = ?3
+                    owner_start_time = ?3, owner_host = ?4
              WHERE id = ?1 AND (status = 'interrupted' OR status = 'failed' OR status = 'cancelled')",
-            vals![id, owner.0, owner.1.map(|v| v as i64)],
+            vals![id, owner.0, owner.1.map(|v| v as i64), crate::host_id()],
         )?;
         if n == 0 {
             return Ok(false);

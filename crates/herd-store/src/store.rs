@@ -275,9 +275,9 @@ impl Store {
         self.conn.query(
             &format!(
                 "SELECT id, owner_pid, owner_start_time, pid, pgid, process_start_time FROM subagents
-                 WHERE {ACTIVE}"
+                 WHERE {ACTIVE} AND {MINE}"
             ),
-            vals![],
+            vals![crate::host_id()],
             |r| {
                 let id: String = r.get(0)?;
                 Ok(OrphanCandidate {
@@ -297,6 +297,25 @@ impl Store {
         let mut seqs = HashMap::new();
         self.conn.tx(|tx| apply_update(tx, &mut seqs, id, u, now_ms()))
     }
+}
+
+/// A row owned by a process of this machine (`?1` is [`host_id`]); rows from before owners
+/// were placed (NULL) are taken as this machine's.
+pub(crate) const MINE: &str = "(owner_host IS NULL OR owner_host = ?1)";
+
+/// This machine as the store records the owner of a run, plan, lock or worktree: a pid and
+/// its start time identify a process only on its own machine (and boot). Its host name and
+/// kernel boot id; the name alone if the boot id cannot be read.
+pub fn host_id() -> &'static str {
+    static ID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    ID.get_or_init(|| {
+        let read = |p: &str| std::fs::read_to_string(p).map(|s| s.trim().to_owned()).ok();
+        let host = read("/proc/sys/kernel/hostname").unwrap_or_else(|| "localhost".into());
+        match read("/proc/sys/kernel/random/boot_id") {
+            Some(boot) => format!("{host}/{boot}"),
+            None => host,
+        }
+    })
 }
 
 /// What herd writes into a state dir it creates: nothing of herd's state shows up in `git
@@ -400,8 +419,8 @@ pub(crate) fn create_subagent(tx: &Db, n: &NewSubagent) -> Result<()> {
     let now = now_ms();
     tx.exec(
         "INSERT INTO subagents (id, parent_session_id, name, cli, prompt, model, working_directory,
-                max_turns, timeout_ms, spec, owner_pid, owner_start_time, created_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+                max_turns, timeout_ms, spec, owner_pid, owner_start_time, created_at, owner_host)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
         vals![
             n.id.as_str(),
             &n.parent_session_id,
@@ -415,7 +434,8 @@ pub(crate) fn create_subagent(tx: &Db, n: &NewSubagent) -> Result<()> {
             n.spec.to_string(),
             n.owner_pid,
             n.owner_start_time.map(|t| t as i64),
-            now
+            now,
+            crate::host_id()
         ],
     )?;
     let ev = AgentEvent::SubagentCreated { cli: n.cli.clone(), cwd: n.working_directory.clone() };

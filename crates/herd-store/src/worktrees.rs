@@ -100,12 +100,15 @@ fn holders(conn: &Db, path: &str, exclusive_only: bool) -> Result<Vec<LockHolder
     // rows found by an equality on a bound value every time the value changes.
     let sql = if exclusive_only {
         "SELECT l.path, l.holder, l.lock_mode, l.owner_pid, l.owner_start_time, l.acquired_at
-         FROM worktree_locks l WHERE l.path = ?1 AND l.lock_mode = 'exclusive'"
+         FROM worktree_locks l WHERE l.path = ?1 AND l.lock_mode = 'exclusive'
+           AND (l.owner_host IS NULL OR l.owner_host = ?2)"
     } else {
         "SELECT l.path, l.holder, l.lock_mode, l.owner_pid, l.owner_start_time, l.acquired_at
-         FROM worktree_locks l WHERE l.path = ?1"
+         FROM worktree_locks l WHERE l.path = ?1 AND (l.owner_host IS NULL OR l.owner_host = ?2)"
     };
-    let mut rows = conn.query(sql, vals![path], |r| {
+    // A path names a directory of one machine: another machine's holders of the same path
+    // hold another directory (and their processes cannot be judged from here).
+    let mut rows = conn.query(sql, vals![path, crate::host_id()], |r| {
         Ok(LockHolder {
             path: r.get(0)?,
             holder: r.get(1)?,
@@ -167,19 +170,27 @@ pub(crate) fn acquire_lock(
     }
     let upsert = if conn.is_pg() {
         "INSERT INTO worktree_locks
-            (path, holder, lock_mode, owner_pid, owner_start_time, acquired_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+            (path, holder, lock_mode, owner_pid, owner_start_time, acquired_at, owner_host)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
          ON CONFLICT (path, holder) DO UPDATE SET lock_mode = EXCLUDED.lock_mode,
             owner_pid = EXCLUDED.owner_pid, owner_start_time = EXCLUDED.owner_start_time,
-            acquired_at = EXCLUDED.acquired_at"
+            acquired_at = EXCLUDED.acquired_at, owner_host = EXCLUDED.owner_host"
     } else {
         "INSERT OR REPLACE INTO worktree_locks
-            (path, holder, lock_mode, owner_pid, owner_start_time, acquired_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6)"
+            (path, holder, lock_mode, owner_pid, owner_start_time, acquired_at, owner_host)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"
     };
     conn.exec(
         upsert,
-        vals![path, holder, hold.as_str(), owner.0, owner.1.map(|t| t as i64), now_ms()],
+        vals![
+            path,
+            holder,
+            hold.as_str(),
+            owner.0,
+            owner.1.map(|t| t as i64),
+            now_ms(),
+            crate::host_id()
+        ],
     )?;
     Ok(Ok(()))
 }
@@ -193,8 +204,9 @@ impl Store {
     pub fn record_worktree(&self, w: &NewWorktree) -> Result<()> {
         self.conn.exec(
             "INSERT INTO worktrees (id, kind, run_id, step_key, subagent_id, repo, root, path,
-                branch, base, integration_branch, owner_pid, owner_start_time, created_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+                branch, base, integration_branch, owner_pid, owner_start_time, created_at,
+                owner_host)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
             vals![
                 &w.id,
                 &w.kind,
@@ -209,7 +221,8 @@ impl Store {
                 &w.integration_branch,
                 w.owner_pid,
                 w.owner_start_time.map(|t| t as i64),
-                now_ms()
+                now_ms(),
+                crate::host_id()
             ],
         )?;
         Ok(())
@@ -238,10 +251,12 @@ impl Store {
         Ok(())
     }
 
-    /// Worktrees herd created, oldest first; removed ones only with `all`.
+    /// Worktrees herd created on this machine, oldest first; removed ones only with `all`.
     pub fn worktrees(&self, all: bool) -> Result<Vec<WorktreeRow>> {
-        let filter = if all { "" } else { " WHERE status != 'removed'" };
-        self.conn.query(&format!("{SELECT_WT}{filter} ORDER BY created_at, id"), vals![], wt_row)
+        let filter = if all { "" } else { " AND status != 'removed'" };
+        let sql =
+            format!("{SELECT_WT} WHERE {}{filter} ORDER BY created_at, id", crate::store::MINE);
+        self.conn.query(&sql, vals![crate::host_id()], wt_row)
     }
 
     /// The worktree with this id (or unique id prefix).

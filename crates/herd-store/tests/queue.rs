@@ -256,3 +256,54 @@ fn a_pushed_step_waits_for_one_merger_and_its_merge_ends_it_once() {
     );
     assert_eq!(row.status, "failed");
 }
+
+#[test]
+fn another_machines_runs_plans_and_locks_are_not_judged_or_swept_here() {
+    use herd_core::SubagentId;
+    use herd_core::workspace::Hold;
+    let pg = herd_testkit::pg_db();
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = open(&pg, dir.path());
+    s.create_session("s1", "cli", dir.path()).unwrap();
+    let run = |s: &mut Store| {
+        let id = SubagentId::generate();
+        s.create_subagent(&herd_store::NewSubagent {
+            id: id.clone(),
+            parent_session_id: "s1".into(),
+            name: "t".into(),
+            cli: "command".into(),
+            prompt: "p".into(),
+            model: None,
+            working_directory: "/srv/app".into(),
+            max_turns: None,
+            timeout_ms: None,
+            spec: serde_json::json!({}),
+            // A pid that means nothing here: the owner is on another machine.
+            owner_pid: 4_000_000,
+            owner_start_time: Some(1),
+        })
+        .unwrap();
+        id
+    };
+    let (mine, theirs) = (run(&mut s), run(&mut s));
+    assert_eq!(s.active_runs().unwrap().len(), 2);
+    pg.rows(&format!(
+        "UPDATE subagents SET owner_host = 'elsewhere/boot' WHERE id = '{theirs}' RETURNING id"
+    ));
+    let judged: Vec<String> =
+        s.active_runs().unwrap().into_iter().map(|r| r.id.to_string()).collect();
+    assert_eq!(judged, [mine.to_string()], "another machine's run would be swept as orphaned");
+    // A lock on the same path elsewhere is another directory: it neither blocks nor is reclaimed.
+    let dead = |_: u32, _: Option<u64>| false;
+    let held =
+        s.acquire_lock("/srv/app", theirs.as_str(), Hold::Exclusive, (4_000_000, Some(1)), &dead);
+    assert!(held.unwrap().is_ok());
+    pg.rows("UPDATE worktree_locks SET owner_host = 'elsewhere/boot' RETURNING path");
+    let alive = |_: u32, _: Option<u64>| true;
+    let got = s.acquire_lock("/srv/app", mine.as_str(), Hold::Exclusive, (1, None), &alive);
+    assert!(got.unwrap().is_ok(), "another machine's lock blocked this one");
+    assert_eq!(s.reclaim_locks(&dead).unwrap(), 1, "only this machine's holder is judged");
+    assert!(s.locks().unwrap().is_empty(), "this machine's list shows this machine's locks");
+    let rows = pg.rows("SELECT holder FROM worktree_locks");
+    assert_eq!(rows, [[Some(theirs.to_string())]], "the other machine's lock row stays");
+}

@@ -6,3 +6,9 @@ ALTER TABLE orchestrations ADD COLUMN repo_base TEXT;
 ALTER TABLE orchestrations ADD COLUMN integration_branch TEXT;
 ALTER TABLE orchestration_steps ADD COLUMN merge_branch TEXT;
 ALTER TABLE orchestration_steps ADD COLUMN merge_head TEXT;
+-- The machine of each owning process (`owner_pid` means something only there): a herd judges
+-- and sweeps only its own machine's runs, plans, locks and worktrees. NULL: this machine's.
+ALTER TABLE subagents ADD COLUMN owner_host TEXT;
+ALTER TABLE orchestrations ADD COLUMN owner_host TEXT;
+ALTER TABLE worktree_locks ADD COLUMN owner_host TEXT;
+ALTER TABLE worktrees ADD COLUMN owner_host TEXT;
