@@ -151,3 +151,103 @@ fn workers_on_two_machines_merge_isolated_steps_into_the_shared_remote_in_plan_o
         assert_eq!(summary["lost"], 0, "{summary}");
     }
 }
+
+/// Three isolated steps a layer, each writing its own file; the last step needs them all.
+fn wide_plan() -> String {
+    let mut y = String::from(
+        "name: wide\ndefaults: {cli: command, prompt: go, workspace: isolated, retries: 1}\nsteps:\n",
+    );
+    for i in 0..6 {
+        y.push_str(&format!(
+            "  - {{id: s{i}, command: [sh, -c, 'sleep 1.5; echo {i} > f{i}.txt']}}\n"
+        ));
+    }
+    y.push_str(
+        "  - {id: all, depends_on: [s0, s1, s2, s3, s4, s5], command: [sh, -c, \
+         'cat f0.txt f1.txt f2.txt f3.txt f4.txt f5.txt > all.txt']}\n",
+    );
+    y
+}
+
+#[test]
+fn a_worker_killed_with_isolated_steps_under_way_loses_only_them_and_the_merges_stay_in_order() {
+    let pg = herd_testkit::pg_db();
+    let w = World::new();
+    let dir = tempfile::tempdir().unwrap();
+    let remote = dir.path().join("shared.git");
+    git(dir.path(), &["init", "--quiet", "--bare", "-b", "main", &remote.to_string_lossy()]);
+    git(&w.work, &["init", "--quiet", "-b", "main"]);
+    std::fs::write(w.work.join(".gitignore"), "wide.yml\n").unwrap();
+    git(&w.work, &["add", "."]);
+    git(&w.work, &["commit", "--quiet", "-m", "start"]);
+    git(&w.work, &["remote", "add", "origin", &remote.to_string_lossy()]);
+    std::fs::write(w.work.join("wide.yml"), wide_plan()).unwrap();
+    let mut workers: Vec<Worker> = (0..3)
+        .map(|n| {
+            let clones = dir.path().join(format!("clones{n}")).display().to_string();
+            Worker::start(&w, &pg, dir.path(), n, &["--max-concurrent", "2", "--clones", &clones])
+        })
+        .collect();
+    let registered = || pg.try_rows("SELECT count(*) FROM workers WHERE status = 'active'");
+    assert!(
+        wait_until(Duration::from_secs(30), || registered()
+            .is_ok_and(|r| r[0][0].as_deref() == Some("3"))),
+        "the workers did not register"
+    );
+    let run = w
+        .herd(&["run", "wide.yml", "--json"])
+        .env("HERD_STORE_URL", &pg.url)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Kill a worker while it holds a step's lease (its agent is running).
+    let mut held = Vec::new();
+    let killed = wait_until(Duration::from_secs(30), || {
+        let rows = pg.rows(
+            "SELECT lease_owner, step_key FROM orchestration_steps \
+             WHERE status = 'running' AND lease_owner IS NOT NULL",
+        );
+        let Some(owner) = rows.first().and_then(|r| r[0].clone()) else { return false };
+        let Some(i) = workers.iter().position(|x| x.id == owner) else { return false };
+        held = rows
+            .iter()
+            .filter(|r| r[0].as_deref() == Some(&owner))
+            .map(|r| r[1].clone().unwrap())
+            .collect();
+        nix::sys::signal::kill(workers[i].pid(), nix::sys::signal::Signal::SIGKILL).unwrap();
+        let mut dead = workers.remove(i);
+        let _ = dead.child.wait();
+        true
+    });
+    assert!(killed, "no worker held a step");
+    let out = run.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let report: Value = serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("{e}: {stdout}\n{}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!(out.status.code(), Some(0), "{report:#}");
+    let plan = report["id"].as_str().unwrap().to_owned();
+    // Only the killed worker's steps ran twice (their second attempt on another branch).
+    for s in report["steps"].as_array().unwrap() {
+        let k = s["step_key"].as_str().unwrap();
+        let expected = if held.iter().any(|h| h == k) { 2 } else { 1 };
+        assert_eq!(s["attempts"], expected, "{k} (killed worker held {held:?}): {report:#}");
+    }
+    let remote_git = |args: &[&str]| {
+        let mut a = vec!["--git-dir", remote.to_str().unwrap()];
+        a.extend_from_slice(args);
+        git(dir.path(), &a)
+    };
+    let integration = format!("herd/{plan}/integration");
+    let subjects = remote_git(&["log", "--first-parent", "--reverse", "--format=%s", &integration]);
+    let merged: Vec<&str> = subjects
+        .lines()
+        .filter_map(|l| l.strip_prefix("herd: merge step "))
+        .map(|l| l.split(' ').next().unwrap())
+        .collect();
+    assert_eq!(merged, ["s0", "s1", "s2", "s3", "s4", "s5", "all"], "{subjects}");
+    assert_eq!(remote_git(&["show", &format!("{integration}:all.txt")]), "0\n1\n2\n3\n4\n5");
+    for x in workers {
+        x.drain();
+    }
+}
