@@ -42,9 +42,10 @@ pub enum StoreError {
     Sqlite(#[from] rusqlite::Error),
     #[error("PostgreSQL at {url}: {source}")]
     Pg { url: String, source: Box<tokio_postgres::Error> },
-    /// A statement PostgreSQL refused: what it said, and the statement's first line.
+    /// A statement PostgreSQL refused: what it said, its SQLSTATE code (`08006` for a lost
+    /// connection), and the statement's first line.
     #[error("PostgreSQL: {message}{}", in_statement(.statement))]
-    Postgres { message: String, statement: Option<String> },
+    Postgres { message: String, code: Option<String>, statement: Option<String> },
     #[error("{path}: {source}")]
     Io { path: String, source: std::io::Error },
     #[error("no subagent matches {0:?}")]
@@ -65,7 +66,11 @@ pub enum StoreError {
 
 impl From<tokio_postgres::Error> for StoreError {
     fn from(e: tokio_postgres::Error) -> Self {
-        StoreError::Postgres { message: e.to_string(), statement: None }
+        StoreError::Postgres {
+            message: e.to_string(),
+            code: e.code().map(|c| c.code().to_owned()),
+            statement: None,
+        }
     }
 }
 

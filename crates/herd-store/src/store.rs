@@ -294,8 +294,8 @@ impl Store {
 
     /// Apply an update outside the writer (the CLI marking an orphan, say).
     pub fn update(&mut self, id: &SubagentId, u: &Update) -> Result<Vec<StoredEvent>> {
-        let mut seqs = HashMap::new();
-        self.conn.tx(|tx| apply_update(tx, &mut seqs, id, u, now_ms()))
+        // Sequence numbers read afresh by each attempt (a retried one must not reuse them).
+        self.conn.tx(|tx| apply_update(tx, &mut HashMap::new(), id, u, now_ms()))
     }
 }
 

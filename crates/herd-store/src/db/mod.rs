@@ -2,13 +2,14 @@
 //! PostgreSQL (shared by several machines) — with statements written once, `?N` placeholders.
 
 use std::borrow::Cow;
+use std::time::Duration;
 
 use crate::{Result, StoreError};
 
 pub(crate) mod pg;
 mod value;
 
-pub(crate) use value::{Row, V};
+pub(crate) use value::{Param, Row, V};
 
 /// Where the store lives: a SQLite file under the state dir, or a PostgreSQL database.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -176,13 +177,30 @@ impl Db {
     }
 
     /// Run `f` in one write transaction, committed if it succeeds, rolled back if not.
-    pub(crate) fn tx<T>(&self, f: impl FnOnce(&Db) -> Result<T>) -> Result<T> {
-        let out = self.begin().and_then(|()| f(self));
-        let out = out.and_then(|v| self.fixed("COMMIT").map(|()| v));
-        if out.is_err() && self.in_transaction() {
-            let _ = self.fixed("ROLLBACK");
+    ///
+    /// On PostgreSQL a transaction that lost a serialization conflict or a deadlock (SQLSTATE
+    /// `40001`, `40P01`: the server rolled it back, nothing of it happened) is run again from
+    /// the start, up to [`TX_RETRIES`] times after a short random pause. So `f` may run more
+    /// than once: it must do nothing but its statements, or undo what else it did when run
+    /// again (a cache it filled, say).
+    pub(crate) fn tx<T>(&self, mut f: impl FnMut(&Db) -> Result<T>) -> Result<T> {
+        // A transaction inside another (no savepoint) is not ours to run again.
+        let outermost = !self.in_transaction();
+        let mut retries = 0;
+        loop {
+            let out = self.begin().and_then(|()| f(self));
+            let out = out.and_then(|v| self.fixed("COMMIT").map(|()| v));
+            if out.is_err() && self.in_transaction() {
+                let _ = self.fixed("ROLLBACK");
+            }
+            match out {
+                Err(e) if outermost && retries < TX_RETRIES && e.is_conflict() => {
+                    retries += 1;
+                    std::thread::sleep(backoff(retries));
+                }
+                out => return out,
+            }
         }
-        out
     }
 
     /// `col` starts with `?1` (an id prefix), as each database can use an index for it.
@@ -195,6 +213,28 @@ impl Db {
     }
 }
 
+/// How many times [`Db::tx`] runs a transaction again that lost a conflict.
+pub(crate) const TX_RETRIES: u32 = 5;
+
+/// The pause before retry `n` (from 1): about 4 ms doubled each time (4, 8, … 64 ms), ±50 %
+/// at random so that the transactions that collided do not meet again in step.
+fn backoff(n: u32) -> Duration {
+    use std::hash::{BuildHasher, Hasher};
+    let base = 4_000u64 << (n.saturating_sub(1)).min(4);
+    // A per-call random key (std's own seeding): no dependency for a little jitter.
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(n);
+    Duration::from_micros(base / 2 + h.finish() % base)
+}
+
+impl StoreError {
+    /// A PostgreSQL serialization failure or deadlock: the transaction was rolled back and
+    /// may simply be run again.
+    pub(crate) fn is_conflict(&self) -> bool {
+        matches!(self, StoreError::Postgres { code: Some(c), .. } if c == "40001" || c == "40P01")
+    }
+}
+
 fn first_line(sql: &str) -> Cow<'_, str> {
     let t = sql.trim();
     match t.find('\n') {
@@ -203,10 +243,14 @@ fn first_line(sql: &str) -> Cow<'_, str> {
     }
 }
 
-/// Parameters for [`Db`] statements: `vals![a, b]` is `&[V::from(a), V::from(b)]`.
+/// Parameters for [`Db`] statements: `vals![a, b]` is `&[a.v(), b.v()]` ([`Param`]), each
+/// borrowed — a closure binding its captures this way stays `FnMut`, so [`Db::tx`] can run it
+/// again.
 macro_rules! vals {
     () => { &[] as &[$crate::db::V<'_>] };
-    ($($v:expr),+ $(,)?) => { &[$($crate::db::V::from($v)),+] as &[$crate::db::V<'_>] };
+    ($($v:expr),+ $(,)?) => {
+        &[$($crate::db::Param::v(&$v)),+] as &[$crate::db::V<'_>]
+    };
 }
 pub(crate) use vals;
 
@@ -226,5 +270,122 @@ mod tests {
         assert!(e.contains("mysql://x") && e.contains("postgres://"), "{e}");
         let e = Backend::parse("postgres://u:pw@h:notaport/db").unwrap_err();
         assert!(e.contains("u:***@h") && !e.contains("pw"), "{e}");
+    }
+
+    /// A connection to a fresh database of the test cluster (kept alive by the `PgDb`).
+    fn pg_conn(pg: &herd_testkit::PgDb) -> Db {
+        Db::Pg(pg::PgConn::connect(&pg.url).unwrap())
+    }
+
+    #[test]
+    fn a_transaction_that_lost_a_deadlock_is_run_again() {
+        use std::sync::{Arc, Barrier};
+        let pg = herd_testkit::pg_db();
+        let setup = pg_conn(&pg);
+        setup
+            .batch(
+                "CREATE TABLE t (id BIGINT PRIMARY KEY, n BIGINT NOT NULL);
+                 INSERT INTO t VALUES (1, 0), (2, 0)",
+            )
+            .unwrap();
+        let both_hold_one = Arc::new(Barrier::new(2));
+        // Two transactions updating the same two rows in opposite orders, each taking its
+        // second row only once the other holds it: PostgreSQL rolls one back (40P01).
+        let run = |first: i64, second: i64| {
+            let (url, met) = (pg.url.clone(), Arc::clone(&both_hold_one));
+            std::thread::spawn(move || {
+                let db = Db::Pg(pg::PgConn::connect(&url).unwrap());
+                let mut attempts = 0;
+                db.tx(|tx| {
+                    attempts += 1;
+                    tx.exec("UPDATE t SET n = n + 1 WHERE id = ?1", vals![first])?;
+                    if attempts == 1 {
+                        met.wait();
+                    }
+                    tx.exec("UPDATE t SET n = n + 1 WHERE id = ?1", vals![second])?;
+                    Ok(())
+                })
+                .map(|()| attempts)
+            })
+        };
+        let (a, b) = (run(1, 2), run(2, 1));
+        let a = a.join().unwrap().expect("the first transaction commits");
+        let b = b.join().unwrap().expect("the second transaction commits");
+        assert_eq!(a + b, 3, "one ran once, the deadlock's victim twice: {a} and {b}");
+        let n: Vec<i64> =
+            setup.query("SELECT n FROM t ORDER BY id", vals![], |r| r.get(0)).unwrap();
+        assert_eq!(n, [2, 2], "each committed exactly once");
+
+        // Any other failure is not run again.
+        let mut attempts = 0;
+        let e = setup
+            .tx(|tx| {
+                attempts += 1;
+                tx.exec("INSERT INTO t VALUES (1, 0)", vals![])
+            })
+            .unwrap_err();
+        assert!(matches!(&e, StoreError::Postgres { code: Some(c), .. } if c == "23505"), "{e}");
+        assert_eq!(attempts, 1);
+        assert!(!setup.in_transaction());
+    }
+
+    /// The server process behind `db`, ended from another connection; returns once `db` has
+    /// seen its connection close.
+    fn kill_backend(pg: &herd_testkit::PgDb, db: &Db) {
+        let pid: i64 = db.one("SELECT pg_backend_pid()::BIGINT", vals![], |r| r.get(0)).unwrap();
+        let killed = pg.rows(&format!("SELECT pg_terminate_backend({pid}, 10000)"));
+        assert_eq!(killed, [[Some("t".to_owned())]]);
+        let Db::Pg(c) = db else { unreachable!() };
+        let t = std::time::Instant::now();
+        while !c.is_closed() {
+            assert!(t.elapsed() < Duration::from_secs(10), "the client never saw the kill");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    #[test]
+    fn a_lost_connection_is_opened_again_by_the_next_call() {
+        let pg = herd_testkit::pg_db();
+        let db = pg_conn(&pg);
+        db.batch("CREATE TABLE t (id BIGINT PRIMARY KEY)").unwrap();
+        let pid = |db: &Db| -> i64 {
+            db.one("SELECT pg_backend_pid()::BIGINT", vals![], |r| r.get(0)).unwrap()
+        };
+        let before = pid(&db);
+        kill_backend(&pg, &db);
+        // Outside a transaction: a new connection, its statements prepared again.
+        assert_ne!(pid(&db), before);
+        db.exec("INSERT INTO t VALUES (?1)", vals![1]).unwrap();
+
+        // Inside one: the statements after the loss fail (they would run outside it), the
+        // transaction ends, and the next call outside it connects again.
+        let e = db
+            .tx(|tx| {
+                tx.exec("INSERT INTO t VALUES (?1)", vals![2])?;
+                kill_backend(&pg, tx);
+                tx.exec("INSERT INTO t VALUES (?1)", vals![3])
+            })
+            .unwrap_err();
+        assert!(matches!(&e, StoreError::Postgres { code: Some(c), .. } if c == "08006"), "{e}");
+        assert!(!e.is_conflict() && !db.in_transaction());
+        let ids: Vec<i64> =
+            db.query("SELECT id FROM t ORDER BY id", vals![], |r| r.get(0)).unwrap();
+        assert_eq!(ids, [1], "nothing of the lost transaction was stored");
+    }
+
+    #[test]
+    fn a_listener_listens_again_on_its_new_connection() {
+        let pg = herd_testkit::pg_db();
+        let db = pg_conn(&pg);
+        db.batch("LISTEN herd_t").unwrap();
+        kill_backend(&pg, &db);
+        let Db::Pg(c) = &db else { unreachable!() };
+        // The wait connects again (and listens) instead of failing at once, over and over.
+        let t = std::time::Instant::now();
+        assert!(c.notification(Duration::from_millis(300)).is_none());
+        assert!(t.elapsed() >= Duration::from_millis(250), "{:?}", t.elapsed());
+        pg.rows("NOTIFY herd_t, 'after'");
+        let n = c.notification(Duration::from_secs(10)).expect("the notification");
+        assert_eq!((n.channel(), n.payload()), ("herd_t", "after"));
     }
 }

@@ -1,11 +1,12 @@
 //! The PostgreSQL connection behind [`super::Db`]: statements translated from the SQLite
 //! spelling (`?N` → `$N`, `INSERT OR IGNORE`) once, prepared once per connection.
 
-use std::cell::{Cell, RefCell};
+use std::cell::{Cell, Ref, RefCell};
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, mpsc};
 use std::task::{Context, Poll, Wake};
+use std::time::{Duration, Instant};
 
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{AsyncMessage, Client, NoTls, Notification, Statement};
@@ -16,11 +17,23 @@ use crate::{Result, StoreError};
 /// One client connection and its prepared statements (keyed by the SQLite spelling). The
 /// socket is driven by a thread of its own (a small runtime), so the calls here block the
 /// calling thread only — whether or not it runs async code — like SQLite's do.
+///
+/// A connection the server closed (restarted, `pg_terminate_backend`, a dropped network) is
+/// opened again by the next call outside a transaction, listening to the same channels; inside
+/// one, every call fails until the transaction's `ROLLBACK` (the server rolled it back already).
 pub(crate) struct PgConn {
-    client: Client,
+    url: String,
+    link: RefCell<Link>,
     stmts: RefCell<HashMap<String, Statement>>,
     in_tx: Cell<bool>,
-    /// `NOTIFY`s on the channels this connection `LISTEN`s to, as they arrive.
+    /// The channels this connection `LISTEN`s to (listened to again on a new connection).
+    channels: RefCell<Vec<String>>,
+}
+
+/// The client of one server connection, and the `NOTIFY`s on the channels it `LISTEN`s to, as
+/// they arrive (the sender goes with the connection).
+struct Link {
+    client: Client,
     notes: mpsc::Receiver<Notification>,
 }
 
@@ -50,69 +63,119 @@ pub(crate) fn block_on<F: Future>(f: F) -> F::Output {
     }
 }
 
+/// Open a connection to `url` and the thread that drives it.
+fn open(url: &str) -> Result<Link> {
+    let fail = |source: tokio_postgres::Error| StoreError::Pg {
+        url: super::redact(url),
+        source: Box::new(source),
+    };
+    let (ready_tx, ready_rx) = mpsc::channel();
+    let (notes_tx, notes) = mpsc::channel();
+    let url = url.to_owned();
+    std::thread::Builder::new()
+        .name("herd-store-pg".into())
+        .spawn(move || {
+            let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                Ok(rt) => rt,
+                Err(e) => return drop(ready_tx.send(Err(Err(e)))),
+            };
+            rt.block_on(async move {
+                let (client, mut conn) = match tokio_postgres::connect(&url, NoTls).await {
+                    Ok(c) => c,
+                    Err(e) => return drop(ready_tx.send(Err(Ok(e)))),
+                };
+                let _ = ready_tx.send(Ok(client));
+                // Until the client is dropped (or the server goes): forward notifications.
+                while let Some(msg) = std::future::poll_fn(|cx| conn.poll_message(cx)).await {
+                    match msg {
+                        Ok(AsyncMessage::Notification(n)) => drop(notes_tx.send(n)),
+                        Ok(_) => {}
+                        Err(_) => break,
+                    }
+                }
+            });
+        })
+        .map_err(|source| StoreError::Io { path: "postgres connection thread".into(), source })?;
+    match ready_rx.recv() {
+        Ok(Ok(client)) => Ok(Link { client, notes }),
+        Ok(Err(Ok(e))) => Err(fail(e)),
+        Ok(Err(Err(source))) => {
+            Err(StoreError::Io { path: "postgres connection runtime".into(), source })
+        }
+        Err(_) => Err(StoreError::Corrupt("postgres connection thread died".into())),
+    }
+}
+
 impl PgConn {
     /// Connect to `url` (no TLS: reach a remote server through a tunnel or a private network).
     pub(crate) fn connect(url: &str) -> Result<Self> {
-        let fail = |source: tokio_postgres::Error| StoreError::Pg {
-            url: super::redact(url),
-            source: Box::new(source),
-        };
-        let (ready_tx, ready_rx) = mpsc::channel();
-        let (notes_tx, notes) = mpsc::channel();
-        let url = url.to_owned();
-        std::thread::Builder::new()
-            .name("herd-store-pg".into())
-            .spawn(move || {
-                let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
-                    Ok(rt) => rt,
-                    Err(e) => return drop(ready_tx.send(Err(Err(e)))),
-                };
-                rt.block_on(async move {
-                    let (client, mut conn) = match tokio_postgres::connect(&url, NoTls).await {
-                        Ok(c) => c,
-                        Err(e) => return drop(ready_tx.send(Err(Ok(e)))),
-                    };
-                    let _ = ready_tx.send(Ok(client));
-                    // Until the client is dropped (or the server goes): forward notifications.
-                    while let Some(msg) = std::future::poll_fn(|cx| conn.poll_message(cx)).await {
-                        match msg {
-                            Ok(AsyncMessage::Notification(n)) => drop(notes_tx.send(n)),
-                            Ok(_) => {}
-                            Err(_) => break,
-                        }
-                    }
-                });
-            })
-            .map_err(|source| StoreError::Io {
-                path: "postgres connection thread".into(),
-                source,
-            })?;
-        let client = match ready_rx.recv() {
-            Ok(Ok(c)) => c,
-            Ok(Err(Ok(e))) => return Err(fail(e)),
-            Ok(Err(Err(source))) => {
-                return Err(StoreError::Io { path: "postgres connection runtime".into(), source });
+        Ok(Self {
+            link: RefCell::new(open(url)?),
+            url: url.to_owned(),
+            stmts: RefCell::default(),
+            in_tx: Cell::new(false),
+            channels: RefCell::default(),
+        })
+    }
+
+    /// The client, connected again first if the server closed the connection — unless a
+    /// transaction was open on it: its statements must not go on outside it.
+    fn client(&self) -> Result<Ref<'_, Client>> {
+        if self.link.borrow().client.is_closed() {
+            if self.in_tx.get() {
+                return Err(lost_in_transaction());
             }
-            Err(_) => return Err(StoreError::Corrupt("postgres connection thread died".into())),
-        };
-        Ok(Self { client, stmts: RefCell::default(), in_tx: Cell::new(false), notes })
+            self.reconnect()?;
+        }
+        Ok(Ref::map(self.link.borrow(), |l| &l.client))
     }
 
-    /// Wait up to `timeout` for a notification on a channel this connection listens to.
-    pub(crate) fn notification(&self, timeout: std::time::Duration) -> Option<Notification> {
-        self.notes.recv_timeout(timeout).ok()
+    /// A new connection in place of the closed one: statements are prepared again, channels
+    /// listened to again (notifications sent in between are lost; listeners poll too).
+    fn reconnect(&self) -> Result<()> {
+        let link = open(&self.url)?;
+        for ch in self.channels.borrow().iter() {
+            block_on(link.client.batch_execute(&format!("LISTEN {ch}")))
+                .map_err(|e| err(e, "LISTEN"))?;
+        }
+        self.stmts.borrow_mut().clear();
+        *self.link.borrow_mut() = link;
+        Ok(())
     }
 
-    fn prepared(&self, sql: &str) -> Result<Statement> {
+    /// Wait up to `timeout` for a notification on a channel this connection listens to. A
+    /// closed connection is opened again (listening again) for the rest of the wait.
+    pub(crate) fn notification(&self, timeout: Duration) -> Option<Notification> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let got = self.link.borrow().notes.recv_timeout(left);
+            match got {
+                Ok(n) => return Some(n),
+                Err(mpsc::RecvTimeoutError::Timeout) => return None,
+                // The connection is gone (its thread dropped the sender).
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    if self.in_tx.get() || self.reconnect().is_err() {
+                        // Not now: no busy loop for a listener that calls again at once.
+                        std::thread::sleep(left);
+                        return None;
+                    }
+                }
+            }
+        }
+    }
+
+    /// `sql` prepared on `client` (the connection's current one).
+    fn prepared(&self, client: &Client, sql: &str) -> Result<Statement> {
         if let Some(s) = self.stmts.borrow().get(sql) {
             return Ok(s.clone());
         }
         let translated = translate(sql);
-        let stmt =
-            block_on(self.client.prepare(&translated)).map_err(|e| StoreError::Postgres {
-                message: format!("{e}: {}", source_of(&e)),
-                statement: Some(translated.clone()),
-            })?;
+        let stmt = block_on(client.prepare(&translated)).map_err(|e| StoreError::Postgres {
+            message: format!("{e}: {}", source_of(&e)),
+            code: e.code().map(|c| c.code().to_owned()),
+            statement: Some(translated.clone()),
+        })?;
         let mut cache = self.stmts.borrow_mut();
         // Statements built with values spelled in (rare) must not grow the cache forever.
         if cache.len() >= 512 {
@@ -123,28 +186,42 @@ impl PgConn {
     }
 
     pub(crate) fn exec(&self, sql: &str, params: &[V<'_>]) -> Result<usize> {
-        let stmt = self.prepared(sql)?;
+        let client = self.client()?;
+        let stmt = self.prepared(&client, sql)?;
         let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|v| v as _).collect();
-        let n = block_on(self.client.execute(&stmt, &refs)).map_err(|e| err(e, sql))?;
+        let n = block_on(client.execute(&stmt, &refs)).map_err(|e| err(e, sql))?;
         Ok(n as usize)
     }
 
     pub(crate) fn query(&self, sql: &str, params: &[V<'_>]) -> Result<Vec<tokio_postgres::Row>> {
-        let stmt = self.prepared(sql)?;
+        let client = self.client()?;
+        let stmt = self.prepared(&client, sql)?;
         let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|v| v as _).collect();
-        block_on(self.client.query(&stmt, &refs)).map_err(|e| err(e, sql))
+        block_on(client.query(&stmt, &refs)).map_err(|e| err(e, sql))
     }
 
     pub(crate) fn batch(&self, sql: &str) -> Result<()> {
         let t = sql.trim_start();
-        let word = t.split_whitespace().next().unwrap_or("").to_ascii_uppercase();
-        block_on(self.client.batch_execute(sql)).map_err(|e| err(e, sql))?;
-        match word.as_str() {
+        let upper = t.to_ascii_uppercase();
+        let word = upper.split_whitespace().next().unwrap_or("");
+        // `ROLLBACK TO <savepoint>` keeps the transaction open.
+        let rollback = word == "ROLLBACK" && !upper.starts_with("ROLLBACK TO");
+        if rollback && self.link.borrow().client.is_closed() {
+            // The server rolled it back when the connection went.
+            self.in_tx.set(false);
+            return Ok(());
+        }
+        block_on(self.client()?.batch_execute(sql)).map_err(|e| err(e, sql))?;
+        match word {
             "BEGIN" => self.in_tx.set(true),
             "COMMIT" | "END" => self.in_tx.set(false),
-            // `ROLLBACK TO <savepoint>` keeps the transaction open.
-            "ROLLBACK" if !t.to_ascii_uppercase().starts_with("ROLLBACK TO") => {
-                self.in_tx.set(false)
+            _ if rollback => self.in_tx.set(false),
+            "LISTEN" => {
+                let ch = t.split_whitespace().nth(1).unwrap_or("").trim_end_matches(';');
+                let mut chans = self.channels.borrow_mut();
+                if !ch.is_empty() && !chans.iter().any(|c| c == ch) {
+                    chans.push(ch.to_owned());
+                }
             }
             _ => {}
         }
@@ -154,7 +231,28 @@ impl PgConn {
     pub(crate) fn in_transaction(&self) -> bool {
         self.in_tx.get()
     }
+
+    /// Whether the server closed this connection (the next call outside a transaction opens
+    /// it again).
+    #[cfg(test)]
+    pub(crate) fn is_closed(&self) -> bool {
+        self.link.borrow().client.is_closed()
+    }
 }
+
+/// What a statement gets once the connection of its open transaction is gone.
+fn lost_in_transaction() -> StoreError {
+    StoreError::Postgres {
+        message: "the connection to the server was lost in a transaction (the server rolled \
+                  it back)"
+            .into(),
+        code: Some(CONNECTION_FAILURE.into()),
+        statement: None,
+    }
+}
+
+/// SQLSTATE `connection_failure`.
+const CONNECTION_FAILURE: &str = "08006";
 
 fn source_of(e: &tokio_postgres::Error) -> String {
     e.as_db_error().map(|d| d.message().to_owned()).unwrap_or_default()
@@ -165,7 +263,16 @@ fn err(e: tokio_postgres::Error, sql: &str) -> StoreError {
         Some(d) => format!("{} ({})", d.message(), d.code().code()),
         None => e.to_string(),
     };
-    StoreError::Postgres { message: detail, statement: Some(super::first_line(sql).into_owned()) }
+    let code = match e.code() {
+        Some(c) => Some(c.code().to_owned()),
+        None if e.is_closed() => Some(CONNECTION_FAILURE.to_owned()),
+        None => None,
+    };
+    StoreError::Postgres {
+        message: detail,
+        code,
+        statement: Some(super::first_line(sql).into_owned()),
+    }
 }
 
 /// The PostgreSQL spelling of a statement written for SQLite: `?N` → `$N` outside quotes,

@@ -73,6 +73,55 @@ impl<'a> From<&Option<&'a str>> for V<'a> {
     }
 }
 
+/// A value [`vals!`](super::vals) binds by reference: nothing is moved into a statement's
+/// parameters, so a closure running statements can run again (a transaction retried after a
+/// conflict).
+pub(crate) trait Param {
+    fn v(&self) -> V<'_>;
+}
+
+macro_rules! int_param {
+    ($($t:ty),*) => {$(
+        impl Param for $t {
+            fn v(&self) -> V<'_> {
+                V::Int(*self as i64)
+            }
+        }
+    )*};
+}
+int_param!(i64, i32, u32, u16, usize);
+
+impl Param for bool {
+    fn v(&self) -> V<'_> {
+        V::Int((*self).into())
+    }
+}
+impl Param for f64 {
+    fn v(&self) -> V<'_> {
+        V::Real(*self)
+    }
+}
+impl Param for str {
+    fn v(&self) -> V<'_> {
+        V::Text(Cow::Borrowed(self))
+    }
+}
+impl Param for String {
+    fn v(&self) -> V<'_> {
+        V::Text(Cow::Borrowed(self))
+    }
+}
+impl<T: Param + ?Sized> Param for &T {
+    fn v(&self) -> V<'_> {
+        (**self).v()
+    }
+}
+impl<T: Param> Param for Option<T> {
+    fn v(&self) -> V<'_> {
+        self.as_ref().map_or(V::Null, Param::v)
+    }
+}
+
 impl rusqlite::ToSql for V<'_> {
     fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
         use rusqlite::types::{ToSqlOutput, ValueRef};

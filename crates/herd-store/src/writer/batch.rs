@@ -50,11 +50,12 @@ pub(super) fn run(
         let stop = batch.iter().any(|c| matches!(c, Cmd::Stop));
         // Fast: the whole batch without savepoints (each costs a copy of every page it touches).
         // Only if a write fails is the batch rolled back and run again, each write alone.
-        let outcome = match transaction(&conn, |tx| apply(tx, &batch, &mut seqs, false)) {
+        let outcome = match transaction(&conn, &mut seqs, |tx, seqs| apply(tx, &batch, seqs, false))
+        {
             Ok(done) => Ok(done),
             Err(_) => {
                 seqs.clear();
-                transaction(&conn, |tx| apply(tx, &batch, &mut seqs, true))
+                transaction(&conn, &mut seqs, |tx, seqs| apply(tx, &batch, seqs, true))
             }
         };
         let err = outcome.as_ref().err().map(ToString::to_string);
@@ -111,9 +112,21 @@ fn gather(rx: &mut mpsc::Receiver<Cmd>, batch: &mut Vec<Cmd>, watched: bool) {
     }
 }
 
-/// Run `f` in one immediate transaction; rolled back if it or the commit fails.
-fn transaction<T>(conn: &crate::db::Db, f: impl FnOnce(&crate::db::Db) -> Result<T>) -> Result<T> {
-    conn.tx(f)
+/// Run `f` in one immediate transaction; rolled back if it or the commit fails. Run again
+/// after a conflict (PostgreSQL), it starts from no sequence numbers: those `seqs` took in the
+/// attempt that was rolled back are not stored.
+fn transaction<T>(
+    conn: &crate::db::Db,
+    seqs: &mut HashMap<SubagentId, i64>,
+    mut f: impl FnMut(&crate::db::Db, &mut HashMap<SubagentId, i64>) -> Result<T>,
+) -> Result<T> {
+    let mut again = false;
+    conn.tx(|tx| {
+        if std::mem::replace(&mut again, true) {
+            seqs.clear();
+        }
+        f(tx, seqs)
+    })
 }
 
 /// Run every command of `batch` in the open transaction. Not `guarded`, the first failure
