@@ -106,6 +106,10 @@ pub fn list(state_dir: &Path, a: WorkersArgs) -> anyhow::Result<u8> {
     Ok(0)
 }
 
+/// How long `herd run --store` waits for an announcement of a change before it reads its plan
+/// again anyway.
+const QUEUE_REREAD: Duration = Duration::from_secs(2);
+
 /// `herd run` on a shared store: submit the plan to the workers and wait for its end.
 pub fn submit_and_watch(
     svc: &Service,
@@ -114,6 +118,8 @@ pub fn submit_and_watch(
     json: bool,
 ) -> anyhow::Result<u8> {
     let rt = super::runtime()?;
+    // Listening before the plan is submitted: no change to it goes unnoticed.
+    let changes = svc.watch_queue()?;
     let id = rt.block_on(svc.submit_plan(caller, spec))?;
     eprintln!("herd: plan {id} submitted to the workers");
     let mut shown = 0usize;
@@ -128,7 +134,9 @@ pub fn submit_and_watch(
         if !matches!(o.status.as_str(), "pending" | "running") {
             break (o, steps);
         }
-        std::thread::sleep(Duration::from_millis(200));
+        // Woken by every change to the queue (any plan's); read again after a while anyway,
+        // in case an announcement was lost (a connection opened again meanwhile).
+        changes.wait(QUEUE_REREAD);
     };
     let out =
         serde_json::json!({"id": o.id, "status": o.status, "cost_usd": o.cost_usd, "steps": steps});
