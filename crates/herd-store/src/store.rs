@@ -202,7 +202,9 @@ impl Store {
         let filter = if all { String::new() } else { format!(" WHERE {ACTIVE}") };
         self.conn.query(
             &format!("{}{filter} ORDER BY id DESC LIMIT ?1", select_row()),
-            vals![limit as i64],
+            // No limit (usize::MAX) is the largest one: `as i64` made it -1, which SQLite
+            // takes as none and PostgreSQL refuses.
+            vals![i64::try_from(limit).unwrap_or(i64::MAX)],
             row,
         )
     }

@@ -254,6 +254,9 @@ fn prefixes_resolve_uniquely(kind: Kind) {
     store.update(&a, &orphaned_update()).unwrap();
     assert_eq!(store.get(&a).unwrap().unwrap().failure_reason.as_deref(), Some("orphaned"));
     assert_eq!(store.list(false, 10).unwrap().len(), 1);
+    // No limit: on PostgreSQL too (a negative LIMIT is refused there).
+    assert_eq!(store.list(true, usize::MAX).unwrap().len(), 2);
+    assert!(store.orchestrations(true, usize::MAX).unwrap().is_empty());
 }
 
 fn concurrent_first_opens_migrate_once(kind: Kind) {

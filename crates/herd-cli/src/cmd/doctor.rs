@@ -183,7 +183,10 @@ pub fn run(state_dir: &Path, a: DoctorArgs) -> anyhow::Result<u8> {
     let clis: Vec<CliCheck> = known().into_iter().map(CliCheck::of).collect();
     let acp_agents = acp_definitions();
     let sbx = SandboxCheck::new();
-    let opts = ServiceOptions { surface: "doctor".into(), ..Default::default() };
+    let mut opts = ServiceOptions { surface: "doctor".into(), ..Default::default() };
+    if let Some(b) = super::STORE.get() {
+        opts.store = b.clone();
+    }
     let opened = Service::open(state_dir, opts);
     let state_ok = opened.is_ok();
     let state_problem = opened.err().map(|e| e.to_string());

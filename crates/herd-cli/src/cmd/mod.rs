@@ -74,11 +74,18 @@ static STORE: std::sync::OnceLock<herd_engine::service::StoreBackend> = std::syn
 
 /// The service of `state_dir` as the project's config sets it up, for a command of `surface`.
 fn open_service(state_dir: &Path, surface: &str) -> anyhow::Result<Service> {
-    let mut opts = ServiceOptions::for_project(&state::project_root()?, surface)?;
+    Ok(Service::open(state_dir, service_options(&state::project_root()?, surface)?)?)
+}
+
+/// The options `project_root`'s config sets for a command of `surface`, the database given by
+/// `--store` (or `HERD_STORE_URL`) over the config's `store:`. Every command that opens a
+/// service takes them from here: one that did not (`herd serve`) served another database.
+fn service_options(project_root: &Path, surface: &str) -> anyhow::Result<ServiceOptions> {
+    let mut opts = ServiceOptions::for_project(project_root, surface)?;
     if let Some(b) = STORE.get() {
         opts.store = b.clone();
     }
-    Ok(Service::open(state_dir, opts)?)
+    Ok(opts)
 }
 
 /// This process as a caller: the project, the current directory, the depth and policies a

@@ -10,9 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::Context;
-use herd_engine::service::{
-    Caller, PlanOutline, PlanSource, PlanSpec, PlanView, Service, ServiceOptions,
-};
+use herd_engine::service::{Caller, PlanOutline, PlanSource, PlanSpec, PlanView, Service};
 use serde_json::json;
 use tokio::sync::watch;
 
@@ -42,16 +40,13 @@ pub fn run(state_dir: &Path, a: RunArgs) -> anyhow::Result<u8> {
         into: a.into.clone(),
         non_interactive: a.asking.nobody_answers(a.json),
     };
-    let mut opts = ServiceOptions::for_project(&crate::state::project_root()?, "cli")?;
+    let mut opts = super::service_options(&crate::state::project_root()?, "cli")?;
     // A person's own plan: the flag, else the project's config, bounds it; without either
     // the plan's own limits do (the pool is this command's alone).
     match a.max_concurrent {
         Some(n) => opts.max_concurrent = n as usize,
         None if !opts.configured_max_concurrent => opts.max_concurrent = 20,
         None => {}
-    }
-    if let Some(b) = super::STORE.get() {
-        opts.store = b.clone();
     }
     let svc = Service::open(state_dir, opts)?;
     let caller = super::caller(format!("the terminal of herd pid {}", std::process::id()))?;

@@ -4,7 +4,6 @@
 use std::path::Path;
 
 use anyhow::Context;
-use herd_engine::service::ServiceOptions;
 use herd_server::ServeOptions;
 use herd_server::auth::{self, TOKEN_VAR};
 use herd_server::web::WebOptions;
@@ -13,7 +12,7 @@ use crate::cli::{ServeArgs, WebArgs};
 
 pub fn run(state_dir: &Path, a: ServeArgs) -> anyhow::Result<u8> {
     let project_root = crate::state::project_root()?;
-    let mut service = ServiceOptions::for_project(&project_root, "daemon")?;
+    let mut service = super::service_options(&project_root, "daemon")?;
     if let Some(n) = a.max_concurrent {
         service.max_concurrent = n as usize;
     }

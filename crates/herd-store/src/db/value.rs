@@ -89,7 +89,14 @@ macro_rules! int_param {
         }
     )*};
 }
-int_param!(i64, i32, u32, u16, usize);
+int_param!(i64, i32, u32, u16);
+
+/// Saturated: `usize::MAX` (a limit meaning none) is the largest value, not -1.
+impl Param for usize {
+    fn v(&self) -> V<'_> {
+        V::Int(i64::try_from(*self).unwrap_or(i64::MAX))
+    }
+}
 
 impl Param for bool {
     fn v(&self) -> V<'_> {

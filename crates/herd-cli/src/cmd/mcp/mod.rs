@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use herd_engine::config::McpConfig;
-use herd_engine::service::{Caller, Service, ServiceOptions};
+use herd_engine::service::{Caller, Service};
 use rmcp::ServiceExt;
 use tokio::signal::unix::{SignalKind, signal};
 
@@ -20,7 +20,7 @@ use crate::cli::McpArgs;
 
 pub fn run(state_dir: &Path, a: McpArgs) -> anyhow::Result<u8> {
     let root = crate::state::project_root()?;
-    let mut opts = ServiceOptions::for_project(&root, "mcp")?;
+    let mut opts = super::service_options(&root, "mcp")?;
     if let Some(n) = a.max_concurrent {
         opts.max_concurrent = n as usize;
     }
