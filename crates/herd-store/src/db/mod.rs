@@ -374,6 +374,33 @@ mod tests {
     }
 
     #[test]
+    fn a_connection_lost_with_a_session_lock_says_so_once() {
+        let pg = herd_testkit::pg_db();
+        let (db, other) = (pg_conn(&pg), pg_conn(&pg));
+        let try_lock = |db: &Db| -> bool {
+            db.one("SELECT pg_try_advisory_lock(hashtext(?1))", vals!["merge:p"], |r| r.get(0))
+                .unwrap()
+        };
+        let unlock = |db: &Db| {
+            db.one("SELECT pg_advisory_unlock(hashtext(?1))::TEXT", vals!["merge:p"], |_| Ok(()))
+                .unwrap()
+        };
+        // Taken and given back: a later loss is silent.
+        assert!(try_lock(&db));
+        assert!(!try_lock(&other), "held by the first connection");
+        unlock(&db);
+        kill_backend(&pg, &db);
+        assert!(try_lock(&db), "connected again at once");
+        // Lost while held: its holder hears of it once (another may hold the lock by then).
+        kill_backend(&pg, &db);
+        assert!(try_lock(&other), "the lock went with its connection");
+        let e = db.one("SELECT 1::BIGINT", vals![], |r| r.get::<i64>(0)).unwrap_err();
+        assert!(e.to_string().contains("advisory locks"), "{e}");
+        assert_eq!(db.one("SELECT 1::BIGINT", vals![], |r| r.get::<i64>(0)).unwrap(), 1);
+        assert!(!try_lock(&db), "the new connection does not hold it");
+    }
+
+    #[test]
     fn a_listener_listens_again_on_its_new_connection() {
         let pg = herd_testkit::pg_db();
         let db = pg_conn(&pg);

@@ -21,6 +21,9 @@ use crate::{Result, StoreError};
 /// A connection the server closed (restarted, `pg_terminate_backend`, a dropped network) is
 /// opened again by the next call outside a transaction, listening to the same channels; inside
 /// one, every call fails until the transaction's `ROLLBACK` (the server rolled it back already).
+/// A connection that held a session advisory lock (a plan's merge lock, the migration lock) is
+/// not replaced silently: the next call fails, so that its holder learns the lock is gone, and
+/// the one after connects again.
 pub(crate) struct PgConn {
     url: String,
     link: RefCell<Link>,
@@ -28,6 +31,8 @@ pub(crate) struct PgConn {
     in_tx: Cell<bool>,
     /// The channels this connection `LISTEN`s to (listened to again on a new connection).
     channels: RefCell<Vec<String>>,
+    /// Session advisory locks held (see [`PgConn::count_locks`]).
+    session_locks: Cell<u32>,
 }
 
 /// The client of one server connection, and the `NOTIFY`s on the channels it `LISTEN`s to, as
@@ -115,19 +120,30 @@ impl PgConn {
             stmts: RefCell::default(),
             in_tx: Cell::new(false),
             channels: RefCell::default(),
+            session_locks: Cell::new(0),
         })
     }
 
-    /// The client, connected again first if the server closed the connection — unless a
-    /// transaction was open on it: its statements must not go on outside it.
+    /// The client, connected again first if the server closed the connection (see
+    /// [`PgConn::revive`]).
     fn client(&self) -> Result<Ref<'_, Client>> {
         if self.link.borrow().client.is_closed() {
-            if self.in_tx.get() {
-                return Err(lost_in_transaction());
-            }
-            self.reconnect()?;
+            self.revive()?;
         }
         Ok(Ref::map(self.link.borrow(), |l| &l.client))
+    }
+
+    /// A closed connection opened again — unless what was lost with it must be told first: an
+    /// open transaction (its statements must not go on outside it; fails until its
+    /// `ROLLBACK`), or session locks (fails once).
+    fn revive(&self) -> Result<()> {
+        if self.in_tx.get() {
+            return Err(lost(LOST_IN_TRANSACTION));
+        }
+        if self.session_locks.replace(0) > 0 {
+            return Err(lost(LOST_WITH_LOCKS));
+        }
+        self.reconnect()
     }
 
     /// A new connection in place of the closed one: statements are prepared again, channels
@@ -155,7 +171,7 @@ impl PgConn {
                 Err(mpsc::RecvTimeoutError::Timeout) => return None,
                 // The connection is gone (its thread dropped the sender).
                 Err(mpsc::RecvTimeoutError::Disconnected) => {
-                    if self.in_tx.get() || self.reconnect().is_err() {
+                    if self.revive().is_err() {
                         // Not now: no busy loop for a listener that calls again at once.
                         std::thread::sleep(left);
                         return None;
@@ -197,7 +213,38 @@ impl PgConn {
         let client = self.client()?;
         let stmt = self.prepared(&client, sql)?;
         let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|v| v as _).collect();
-        block_on(client.query(&stmt, &refs)).map_err(|e| err(e, sql))
+        let rows = block_on(client.query(&stmt, &refs)).map_err(|e| err(e, sql))?;
+        if sql.contains("advisory_") {
+            self.count_locks(sql, &rows);
+        }
+        Ok(rows)
+    }
+
+    /// Count the session advisory locks `sql` took or gave back: `pg_advisory_lock` takes one,
+    /// `pg_try_advisory_lock` one if it returned true, `pg_advisory_unlock` gives one back if
+    /// it returned true (the result read as a boolean or as its text). Transaction-level locks
+    /// (`_xact_`) end with their transaction and are not counted.
+    fn count_locks(&self, sql: &str, rows: &[tokio_postgres::Row]) {
+        let yes = || {
+            rows.first().is_some_and(|r| {
+                r.try_get::<_, bool>(0)
+                    .or_else(|_| r.try_get::<_, String>(0).map(|t| t == "true" || t == "t"))
+                    .unwrap_or(false)
+            })
+        };
+        let n = self.session_locks.get();
+        let n = if sql.contains("pg_advisory_unlock_all(") {
+            0
+        } else if sql.contains("pg_advisory_unlock(") {
+            if yes() { n.saturating_sub(1) } else { n }
+        } else if sql.contains("pg_advisory_lock(")
+            || (sql.contains("pg_try_advisory_lock(") && yes())
+        {
+            n + 1
+        } else {
+            n
+        };
+        self.session_locks.set(n);
     }
 
     pub(crate) fn batch(&self, sql: &str) -> Result<()> {
@@ -240,12 +287,15 @@ impl PgConn {
     }
 }
 
-/// What a statement gets once the connection of its open transaction is gone.
-fn lost_in_transaction() -> StoreError {
+const LOST_IN_TRANSACTION: &str =
+    "the connection to the server was lost in a transaction (the server rolled it back)";
+const LOST_WITH_LOCKS: &str =
+    "the connection to the server was lost, and with it this session's advisory locks";
+
+/// What a call gets once its connection is gone with something the caller must know of.
+fn lost(message: &str) -> StoreError {
     StoreError::Postgres {
-        message: "the connection to the server was lost in a transaction (the server rolled \
-                  it back)"
-            .into(),
+        message: message.into(),
         code: Some(CONNECTION_FAILURE.into()),
         statement: None,
     }
