@@ -280,3 +280,60 @@ fn a_worker_whose_database_connections_are_killed_goes_on_serving() {
     let summary: Value = serde_json::from_str(out.trim()).unwrap();
     assert_eq!(summary["completed"], 2, "{summary}");
 }
+
+#[test]
+fn a_worker_outlives_a_database_outage_and_every_step_ends_once() {
+    let pg = herd_testkit::pg_db();
+    let (submitter, machine) = (World::new(), World::new());
+    let mut worker = herd(&machine, &pg, &["worker", "--lease", "2s", "--max-concurrent", "3"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let plan = "name: outage\ndefaults: {cli: command, prompt: go, retries: 2}\nsteps:\n\
+                  - {id: a, command: [sh, -c, 'sleep 1']}\n\
+                  - {id: b, command: [sh, -c, 'sleep 1']}\n\
+                  - {id: c, depends_on: [a, b], command: [sh, -c, 'sleep 0.5']}\n";
+    std::fs::write(submitter.work.join("outage.yml"), plan).unwrap();
+    let run = herd(&submitter, &pg, &["run", "outage.yml", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = wait_until(Duration::from_secs(30), || {
+        pg.try_rows("SELECT count(*) FROM orchestration_steps WHERE status = 'running'")
+            .is_ok_and(|r| r[0][0].as_deref() == Some("2"))
+    });
+    assert!(started, "a and b did not start");
+    // The database goes away while a and b run (longer than a lease), then comes back.
+    pg.set_up(false);
+    std::thread::sleep(Duration::from_secs(3));
+    pg.set_up(true);
+    let (code, out, err) = finish(run, Duration::from_secs(60));
+    if let Some(status) = worker.try_wait().unwrap() {
+        let (_, _, werr) = finish(worker, Duration::from_secs(5));
+        panic!("the worker died in the outage ({status}): {werr}");
+    }
+    assert_eq!(code, 0, "{out}\n{err}");
+    let report: Value = serde_json::from_str(&out).unwrap();
+    for s in report["steps"].as_array().unwrap() {
+        assert_eq!(s["status"], "completed", "{report:#}");
+    }
+    // One completed record per step, whatever ran twice.
+    let done = pg.rows(
+        "SELECT step_key, count(*) FROM plan_events WHERE kind = 'step_completed' \
+         GROUP BY step_key ORDER BY step_key",
+    );
+    let done: Vec<(String, String)> =
+        done.into_iter().map(|r| (r[0].clone().unwrap(), r[1].clone().unwrap())).collect();
+    let once = |k: &str| (k.to_owned(), "1".to_owned());
+    assert_eq!(done, [once("a"), once("b"), once("c")]);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(worker.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let (code, _, err) = finish(worker, Duration::from_secs(30));
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("trying again"), "the outage went unnoticed: {err}");
+}

@@ -87,6 +87,25 @@ impl PgDb {
     }
 }
 
+impl PgDb {
+    /// An outage of this database alone: while `up` is false nobody can connect to it, and
+    /// every connection it had is closed; `true` lets connections in again.
+    pub fn set_up(&self, up: bool) {
+        let (admin, name) = (self.admin.clone(), self.name.clone());
+        off_runtime(move || {
+            let mut c = postgres::Client::connect(&admin, postgres::NoTls).expect("admin");
+            c.batch_execute(&format!("ALTER DATABASE {name} WITH ALLOW_CONNECTIONS {up}"))
+                .expect("ALTER DATABASE");
+            if !up {
+                c.batch_execute(&format!(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}'"
+                ))
+                .expect("terminate");
+            }
+        })
+    }
+}
+
 /// Run `f` on a thread of its own: the synchronous client starts a runtime, which panics on
 /// a thread that already runs one (an async test's).
 fn off_runtime<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {

@@ -123,8 +123,24 @@ pub fn submit_and_watch(
     let id = rt.block_on(svc.submit_plan(caller, spec))?;
     eprintln!("herd: plan {id} submitted to the workers");
     let mut shown = 0usize;
+    let mut outage = false;
     let (o, steps) = loop {
-        let (o, steps) = svc.queued_plan(&id)?;
+        // The plan goes on on the workers while the database is out of reach: so does this.
+        let (o, steps) = match svc.queued_plan(&id) {
+            Ok(v) => v,
+            Err(e) if e.code == herd_engine::service::Code::Internal => {
+                if !outage {
+                    eprintln!("herd: cannot read plan {id}: {e} (trying again)");
+                    outage = true;
+                }
+                std::thread::sleep(Duration::from_secs(1));
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
+        if std::mem::take(&mut outage) {
+            eprintln!("herd: plan {id} can be read again");
+        }
         let done = steps.iter().filter(|s| !matches!(s.status.as_str(), "pending" | "running"));
         let n = done.count();
         if n != shown && !json {

@@ -136,50 +136,94 @@ impl Service {
         let mut summary = WorkerSummary { id: opts.id.clone(), ..Default::default() };
         let mut next_beat = tokio::time::Instant::now();
         let mut drain_now = false;
+        // Ends of steps not yet recorded (the database was unreachable): tried again.
+        let mut ends: Vec<(Claim, End)> = Vec::new();
+        // While the database fails: when to try again (a worker outlives an outage; its
+        // leases may expire meanwhile, and then its steps are another worker's).
+        let mut retry_at: Option<tokio::time::Instant> = None;
+        let trouble = |what: &str, e: &dyn std::fmt::Display| {
+            eprintln!("herd worker: {what}: {e} (trying again in {}s)", RETRY.as_secs());
+            Some(tokio::time::Instant::now() + RETRY)
+        };
         loop {
             let draining = *drain.borrow() || drain_now;
-            if tokio::time::Instant::now() >= next_beat {
-                next_beat = tokio::time::Instant::now() + beat;
-                let status = if draining { "draining" } else { "active" };
-                let held = self.engine.store().heartbeat(
-                    &opts.id,
-                    running.len() as u32,
-                    status,
-                    lease_ms,
-                )?;
-                // A run whose lease was lost (this worker was cut off too long) is stopped.
-                stops.retain(|(o, k), tx| {
-                    let kept = held.iter().any(|c| &c.orch == o && &c.key == k);
-                    if !kept {
-                        let _ = tx.send(StopLevel::Graceful);
-                    }
-                    kept
-                });
-                self.engine.store().requeue_expired()?;
-                // Steps waiting for a merge whose merger died, or whose turn came while no
-                // worker was merging that plan.
-                for orch in self.engine.store().plans_awaiting_merge()? {
-                    if let Ok(l) = self.loaded(caller, &mut plans, &orch, &opts) {
-                        merge_again.insert(orch.clone());
-                        spawn_merge(&mut merging, &mut merging_plans, &l, &merge_store, &orch);
+            let mut failing = false;
+            let mut kept = Vec::new();
+            for (claim, end) in std::mem::take(&mut ends) {
+                match self.record_end(&claim, &end, &mut summary) {
+                    Ok(()) => {}
+                    Err(e) => {
+                        retry_at = trouble(&format!("recording step {}", claim.key), &e);
+                        failing = true;
+                        kept.push((claim, end));
                     }
                 }
             }
-            while !draining && running.len() < opts.max_concurrent {
+            ends = kept;
+            if tokio::time::Instant::now() >= next_beat {
+                next_beat = tokio::time::Instant::now() + beat;
+                let status = if draining { "draining" } else { "active" };
+                match self.beat(&opts, running.len(), status, lease_ms) {
+                    Ok((held, waiting)) => {
+                        // A run whose lease was lost (this worker was cut off too long) stops.
+                        stops.retain(|(o, k), tx| {
+                            let kept = held.iter().any(|c| &c.orch == o && &c.key == k);
+                            if !kept {
+                                let _ = tx.send(StopLevel::Graceful);
+                            }
+                            kept
+                        });
+                        // Steps waiting for a merge whose merger died, or whose turn came
+                        // while no worker was merging that plan.
+                        for orch in waiting {
+                            if let Ok(l) = self.loaded(caller, &mut plans, &orch, &opts) {
+                                merge_again.insert(orch.clone());
+                                spawn_merge(
+                                    &mut merging,
+                                    &mut merging_plans,
+                                    &l,
+                                    &merge_store,
+                                    &orch,
+                                );
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        retry_at = trouble("heartbeat", &e);
+                        next_beat = tokio::time::Instant::now() + RETRY;
+                        failing = true;
+                    }
+                }
+            }
+            while !draining && !failing && running.len() < opts.max_concurrent {
                 let run_id = SubagentId::generate();
-                let claim = self.engine.store().claim_step(
+                let claim = match self.engine.store().claim_step(
                     &opts.id,
                     &opts.labels,
                     lease_ms,
                     run_id.as_str(),
-                )?;
+                ) {
+                    Ok(c) => c,
+                    Err(e) => {
+                        retry_at = trouble("claiming a step", &e);
+                        break;
+                    }
+                };
                 let Some(claim) = claim else {
-                    if opts.exit_when_idle && running.is_empty() {
+                    if opts.exit_when_idle && running.is_empty() && ends.is_empty() {
                         drain_now = true;
                     }
                     break;
                 };
-                let loaded = self.loaded(caller, &mut plans, &claim.orch, &opts)?;
+                let loaded = match self.loaded(caller, &mut plans, &claim.orch, &opts) {
+                    Ok(l) => l,
+                    Err(e) => {
+                        // A plan this worker cannot load fails its step (attempts count).
+                        let why = format!("this worker cannot load plan {}: {e}", claim.orch);
+                        ends.push((claim, End::Finish("failed".into(), Some(why))));
+                        continue;
+                    }
+                };
                 let (stop_tx, stop_rx) = watch::channel(StopLevel::None);
                 stops.insert((claim.orch.clone(), claim.key.clone()), stop_tx);
                 summary.ran += 1;
@@ -189,11 +233,22 @@ impl Service {
                     (claim, out)
                 });
             }
-            if (draining || drain_now) && running.is_empty() && merging.is_empty() {
+            if (draining || drain_now)
+                && running.is_empty()
+                && merging.is_empty()
+                && ends.is_empty()
+            {
                 break;
+            }
+            if !ends.is_empty() && retry_at.is_none() {
+                // Recorded on the next turn, at once.
+                continue;
             }
             tokio::select! {
                 _ = woken.notified() => {}
+                _ = tokio::time::sleep_until(retry_at.unwrap_or(next_beat)), if retry_at.is_some() => {
+                    retry_at = None;
+                }
                 _ = tokio::time::sleep_until(next_beat) => {}
                 changed = drain.changed(), if !draining => {
                     if changed.is_err() {
@@ -224,34 +279,62 @@ impl Service {
                         merge_again.insert(claim.orch.clone());
                         spawn_merge(&mut merging, &mut merging_plans, &l, &merge_store, &claim.orch);
                     }
-                    let (status, reason) = match out {
-                        Ok(Outcome::Ended(s, r)) => (s.to_string(), r),
-                        Ok(Outcome::AwaitMerge { branch, head }) => {
-                            if self.engine.store().await_merge(&claim, &branch, &head)? {
-                                summary.completed += 1;
-                            } else {
-                                summary.lost += 1;
-                            }
-                            continue;
+                    let end = match out {
+                        Ok(Outcome::Ended(s, r)) => {
+                            let status = match s {
+                                Status::Completed => "completed",
+                                Status::Cancelled => "cancelled",
+                                _ => "failed",
+                            };
+                            End::Finish(status.into(), r)
                         }
-                        Err(e) => ("failed".to_owned(), Some(e)),
+                        Ok(Outcome::AwaitMerge { branch, head }) => End::AwaitMerge { branch, head },
+                        Err(e) => End::Finish("failed".into(), Some(e)),
                     };
-                    let status = if status == "completed" { status } else if status == "cancelled" {
-                        "cancelled".to_string()
-                    } else {
-                        "failed".to_string()
-                    };
-                    if self.engine.store().finish_claim(&claim, &status, reason.as_deref())? {
-                        if status == "completed" { summary.completed += 1 } else { summary.failed += 1 }
-                    } else {
-                        summary.lost += 1;
-                    }
+                    ends.push((claim, end));
                 }
             }
         }
         stop_listening.store(true, std::sync::atomic::Ordering::Relaxed);
         let _ = self.engine.store().heartbeat(&opts.id, 0, "stopped", lease_ms);
         Ok(summary)
+    }
+
+    /// Record how claimed step `c` ended (only while this worker still holds it).
+    fn record_end(
+        &self,
+        c: &Claim,
+        end: &End,
+        summary: &mut WorkerSummary,
+    ) -> Result<(), ApiError> {
+        let store = self.engine.store();
+        let (held, done) = match end {
+            End::AwaitMerge { branch, head } => (store.await_merge(c, branch, head)?, true),
+            End::Finish(status, reason) => {
+                (store.finish_claim(c, status, reason.as_deref())?, status == "completed")
+            }
+        };
+        match (held, done) {
+            (false, _) => summary.lost += 1,
+            (true, true) => summary.completed += 1,
+            (true, false) => summary.failed += 1,
+        }
+        Ok(())
+    }
+
+    /// The heartbeat: this worker's row, its leases renewed (the claims it still holds), the
+    /// expired leases of others taken back, and the plans with a step waiting for its merge.
+    fn beat(
+        &self,
+        opts: &WorkerOptions,
+        running: usize,
+        status: &str,
+        lease_ms: i64,
+    ) -> Result<(Vec<Claim>, Vec<String>), ApiError> {
+        let store = self.engine.store();
+        let held = store.heartbeat(&opts.id, running as u32, status, lease_ms)?;
+        store.requeue_expired()?;
+        Ok((held, store.plans_awaiting_merge()?))
     }
 
     /// A plan submitted to workers, as stored: the plan, then its steps in order.
@@ -327,6 +410,17 @@ struct Loaded {
     requests: Vec<crate::TaskRequest>,
     /// Its repository, when it has isolated steps.
     repo: Option<QueuedRepo>,
+}
+
+/// How long a worker waits before it tries the database again after a failure.
+const RETRY: Duration = Duration::from_secs(1);
+
+/// A claimed step's end, to record.
+enum End {
+    /// `completed`, `failed` or `cancelled`, and why it failed.
+    Finish(String, Option<String>),
+    /// Its branch was pushed: it waits for its merge.
+    AwaitMerge { branch: String, head: String },
 }
 
 /// How a claimed step's run ended here.

@@ -228,6 +228,18 @@ fn backoff(n: u32) -> Duration {
 }
 
 impl StoreError {
+    /// The database could not be reached: no connection could be opened, or the server
+    /// closed it or is shutting down (SQLSTATE classes 08 and 57P). Worth waiting for.
+    pub fn is_unavailable(&self) -> bool {
+        match self {
+            StoreError::Pg { .. } => true,
+            StoreError::Postgres { code: Some(c), .. } => {
+                c.starts_with("08") || c.starts_with("57P")
+            }
+            _ => false,
+        }
+    }
+
     /// A PostgreSQL serialization failure or deadlock: the transaction was rolled back and
     /// may simply be run again.
     pub(crate) fn is_conflict(&self) -> bool {

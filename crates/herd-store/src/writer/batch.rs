@@ -50,14 +50,17 @@ pub(super) fn run(
         let stop = batch.iter().any(|c| matches!(c, Cmd::Stop));
         // Fast: the whole batch without savepoints (each costs a copy of every page it touches).
         // Only if a write fails is the batch rolled back and run again, each write alone.
-        let outcome = match transaction(&conn, &mut seqs, |tx, seqs| apply(tx, &batch, seqs, false))
-        {
-            Ok(done) => Ok(done),
-            Err(_) => {
-                seqs.clear();
-                transaction(&conn, &mut seqs, |tx, seqs| apply(tx, &batch, seqs, true))
-            }
-        };
+        let mut outcome = write_batch(&conn, &mut seqs, &batch);
+        // The database is out of reach (PostgreSQL down, the network gone): the batch waits
+        // for it, and the writes behind it queue up, rather than being lost — for a while.
+        let (mut waited, mut pause) = (Duration::ZERO, OUTAGE_FIRST_PAUSE);
+        while outcome.as_ref().is_err_and(StoreError::is_unavailable) && waited < OUTAGE_LIMIT {
+            std::thread::sleep(pause);
+            waited += pause;
+            pause = (pause * 2).min(OUTAGE_MAX_PAUSE);
+            seqs.clear();
+            outcome = write_batch(&conn, &mut seqs, &batch);
+        }
         let err = outcome.as_ref().err().map(ToString::to_string);
         if err.is_some() {
             // Nothing of this batch is stored: sequence numbers must be re-read.
@@ -71,6 +74,29 @@ pub(super) fn run(
         }
         if stop {
             break;
+        }
+    }
+}
+
+/// How long a batch waits for an unreachable database before its writes fail.
+const OUTAGE_LIMIT: Duration = Duration::from_secs(300);
+const OUTAGE_FIRST_PAUSE: Duration = Duration::from_millis(50);
+const OUTAGE_MAX_PAUSE: Duration = Duration::from_secs(2);
+
+/// Fast: the whole batch without savepoints (each costs a copy of every page it touches).
+/// Only if a write fails is the batch rolled back and run again, each write alone — unless
+/// the database could not be reached at all.
+fn write_batch(
+    conn: &crate::db::Db,
+    seqs: &mut HashMap<SubagentId, i64>,
+    batch: &[Cmd],
+) -> Result<Vec<Done>> {
+    match transaction(conn, seqs, |tx, seqs| apply(tx, batch, seqs, false)) {
+        Ok(done) => Ok(done),
+        Err(e) if e.is_unavailable() => Err(e),
+        Err(_) => {
+            seqs.clear();
+            transaction(conn, seqs, |tx, seqs| apply(tx, batch, seqs, true))
         }
     }
 }
