@@ -337,3 +337,54 @@ fn a_worker_outlives_a_database_outage_and_every_step_ends_once() {
     assert_eq!(code, 0, "{err}");
     assert!(err.contains("trying again"), "the outage went unnoticed: {err}");
 }
+
+#[test]
+fn herd_cancel_stops_a_plan_served_by_workers() {
+    let pg = herd_testkit::pg_db();
+    let (submitter, machine, person) = (World::new(), World::new(), World::new());
+    let worker = herd(&machine, &pg, &["worker", "--max-concurrent", "1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let plan = "name: long\ndefaults: {cli: command, prompt: go}\nsteps:\n\
+                  - {id: long, command: [sleep, '60']}\n\
+                  - {id: next, command: ['true']}\n\
+                  - {id: after, depends_on: [long], command: ['true']}\n";
+    std::fs::write(submitter.work.join("long.yml"), plan).unwrap();
+    let run = herd(&submitter, &pg, &["run", "long.yml", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = wait_until(Duration::from_secs(30), || {
+        pg.try_rows("SELECT count(*) FROM orchestration_steps WHERE status = 'running' AND subagent_id IS NOT NULL")
+            .is_ok_and(|r| r[0][0].as_deref() == Some("1"))
+    });
+    assert!(started, "the long step did not start");
+    let id = submitted(&pg);
+    // From a third machine: the plan stops, its running step's agent with it.
+    let t = Instant::now();
+    let out = herd(&person, &pg, &["cancel", &id]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(t.elapsed() < Duration::from_secs(20), "cancel took {:?}", t.elapsed());
+    let (code, out, err) = finish(run, Duration::from_secs(30));
+    assert_eq!(code, 1, "{out}\n{err}");
+    let report: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(report["status"], "cancelled", "{report:#}");
+    for s in report["steps"].as_array().unwrap() {
+        // `next` may have run before the cancel (one worker, one at a time: it waits).
+        assert_ne!(s["status"], "running", "{report:#}");
+        assert_ne!(s["status"], "pending", "{report:#}");
+    }
+    let long =
+        report["steps"].as_array().unwrap().iter().find(|s| s["step_key"] == "long").unwrap();
+    assert_eq!(long["status"], "cancelled", "{report:#}");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(worker.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let (code, _, err) = finish(worker, Duration::from_secs(30));
+    assert_eq!(code, 0, "{err}");
+}

@@ -365,6 +365,19 @@ impl Store {
                 None,
                 &serde_json::json!({}),
             )?;
+            // A plan served by workers has no owner to stop it: the queue does.
+            let queued = self.conn().is_pg()
+                && self
+                    .conn()
+                    .opt(
+                        "SELECT source_text IS NOT NULL FROM orchestrations WHERE id = ?1",
+                        vals![id],
+                        |r| r.get::<bool>(0),
+                    )?
+                    .unwrap_or(false);
+            if queued {
+                self.cancel_queued(id)?;
+            }
         }
         Ok(n > 0)
     }

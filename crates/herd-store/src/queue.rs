@@ -101,6 +101,39 @@ impl Store {
         })
     }
 
+    /// Someone asked queued plan `orch` to stop (see [`Store::request_plan_cancel`]): its
+    /// steps not yet claimed are `cancelled` (workers take no more of it; those running are
+    /// stopped through their runs), and the plan ends once none runs. False if it is not a
+    /// queued plan.
+    pub fn cancel_queued(&self, orch: &str) -> Result<bool> {
+        let db = self.pg()?;
+        db.tx(|tx| {
+            lock_plan(tx, orch)?;
+            let skipped: Vec<String> = tx.query(
+                "UPDATE orchestration_steps SET status = 'cancelled', failure_reason = 'cancelled',
+                     completed_at = ?2
+                 WHERE orchestration_id = ?1 AND queued = 1 AND status = 'pending'
+                 RETURNING step_key",
+                vals![orch, crate::now_ms()],
+                |r| r.get(0),
+            )?;
+            for key in &skipped {
+                let payload = serde_json::json!({"status": "cancelled", "reason": "cancelled"});
+                crate::plans::append_plan_event(
+                    tx,
+                    orch,
+                    crate::now_ms(),
+                    "step_cancelled",
+                    Some(key),
+                    &payload,
+                )?;
+            }
+            finish_plan_if_done(tx, orch)?;
+            notify(tx)?;
+            Ok(true)
+        })
+    }
+
     /// The text of a queued plan, as submitted.
     pub fn plan_text(&self, orch: &str) -> Result<Option<String>> {
         Ok(self
@@ -182,6 +215,7 @@ impl Store {
                         SELECT s.id FROM orchestration_steps s
                         JOIN orchestrations o ON o.id = s.orchestration_id
                         WHERE s.queued = 1 AND s.status = 'pending' AND o.status = 'running'
+                          AND o.cancel_requested_at IS NULL
                           AND NOT EXISTS (
                             SELECT 1 FROM json_array_elements_text(COALESCE(s.labels, '[]')::json) l
                             WHERE l.value NOT IN (SELECT json_array_elements_text(CAST(?2 AS TEXT)::json)))
@@ -440,19 +474,22 @@ pub(crate) fn fail_dependents(tx: &Db, orch: &str) -> Result<()> {
 /// With every step of `orch` ended, the plan ends: `completed` if all completed, else
 /// `failed`; its cost and tokens summed from its runs.
 pub(crate) fn finish_plan_if_done(tx: &Db, orch: &str) -> Result<()> {
-    let (open, completed, failed): (i64, i64, i64) = tx.one(
+    let (open, completed, failed, total): (i64, i64, i64, i64) = tx.one(
         "SELECT COUNT(*) FILTER (WHERE status IN ('pending','running','blocked')),
                 COUNT(*) FILTER (WHERE status = 'completed'),
-                COUNT(*) FILTER (WHERE status = 'failed')
+                COUNT(*) FILTER (WHERE status = 'failed'), COUNT(*)
          FROM orchestration_steps WHERE orchestration_id = ?1",
         vals![orch],
-        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
     )?;
-    let running: bool = tx
-        .opt("SELECT status = 'running' FROM orchestrations WHERE id = ?1", vals![orch], |r| {
-            r.get(0)
-        })?
-        .unwrap_or(false);
+    let (running, cancelling): (bool, bool) = tx
+        .opt(
+            "SELECT status = 'running', cancel_requested_at IS NOT NULL FROM orchestrations
+             WHERE id = ?1",
+            vals![orch],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?
+        .unwrap_or((false, false));
     if open > 0 || !running {
         return Ok(());
     }
@@ -474,6 +511,12 @@ pub(crate) fn finish_plan_if_done(tx: &Db, orch: &str) -> Result<()> {
         completed_steps: completed as usize,
         failed_steps: failed as usize,
     };
-    let status = if failed == 0 && completed > 0 { "completed" } else { "failed" };
+    let status = if cancelling && completed < total {
+        "cancelled"
+    } else if failed == 0 && completed > 0 {
+        "completed"
+    } else {
+        "failed"
+    };
     crate::plans::finish_orchestration(tx, orch, status, &totals)
 }

@@ -307,3 +307,36 @@ fn another_machines_runs_plans_and_locks_are_not_judged_or_swept_here() {
     let rows = pg.rows("SELECT holder FROM worktree_locks");
     assert_eq!(rows, [[Some(theirs.to_string())]], "the other machine's lock row stays");
 }
+
+#[test]
+fn a_cancelled_queued_plan_gives_workers_no_more_steps_and_ends_when_its_running_ones_do() {
+    let pg = herd_testkit::pg_db();
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = open(&pg, dir.path());
+    s.create_session("s1", "cli", dir.path()).unwrap();
+    let o = NewOrchestration {
+        id: "pln_c".into(),
+        session: "s1".into(),
+        name: "c".into(),
+        strategy: "dag".into(),
+        plan: "{}".into(),
+        source_file: None,
+        steps: vec![step("a", &[]), step("b", &[]), step("c", &["a"])],
+        owner_pid: 1,
+        owner_start_time: None,
+    };
+    s.submit_orchestration(&o, "x", &vec![QueuedStep::default(); 3], None).unwrap();
+    let none: Vec<String> = vec![];
+    let a = s.claim_step("w1", &none, 60_000, "r1").unwrap().unwrap();
+    assert!(s.request_plan_cancel("pln_c").unwrap());
+    // b was ready, c was not: neither is handed out any more; the plan waits for a.
+    assert!(s.claim_step("w2", &none, 60_000, "r2").unwrap().is_none());
+    let status = |s: &Store| -> Vec<(String, String)> {
+        s.steps("pln_c").unwrap().into_iter().map(|r| (r.step_key, r.status)).collect()
+    };
+    let pair = |k: &str, v: &str| (k.to_owned(), v.to_owned());
+    assert_eq!(status(&s), [pair("a", "running"), pair("b", "cancelled"), pair("c", "cancelled")]);
+    assert_eq!(s.orchestration("pln_c").unwrap().unwrap().status, "running");
+    assert!(s.finish_claim(&a, "cancelled", None).unwrap());
+    assert_eq!(s.orchestration("pln_c").unwrap().unwrap().status, "cancelled");
+}
