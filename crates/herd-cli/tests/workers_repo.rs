@@ -108,6 +108,8 @@ fn workers_on_two_machines_merge_isolated_steps_into_the_shared_remote_in_plan_o
     // The integration branch on the shared remote: one merge per step, in plan order (merge
     // order: d after its dependencies), on top of the person's HEAD.
     let integration = format!("herd/{plan}/integration");
+    assert_eq!(report["integration_branch"], integration.as_str(), "{report:#}");
+    assert_eq!(report["repo"], remote.to_str().unwrap(), "{report:#}");
     let remote_git = |args: &[&str]| {
         let mut a = vec!["--git-dir", remote.to_str().unwrap()];
         a.extend_from_slice(args);

@@ -154,8 +154,13 @@ pub fn submit_and_watch(
         // in case an announcement was lost (a connection opened again meanwhile).
         changes.wait(QUEUE_REREAD);
     };
-    let out =
+    let repo = svc.queued_repo(&id)?;
+    let mut out =
         serde_json::json!({"id": o.id, "status": o.status, "cost_usd": o.cost_usd, "steps": steps});
+    if let Some(r) = &repo {
+        out["repo"] = r.url.clone().into();
+        out["integration_branch"] = r.integration_branch.clone().into();
+    }
     if json {
         println!("{}", serde_json::to_string_pretty(&out)?);
     } else {
@@ -164,6 +169,9 @@ pub fn submit_and_watch(
             println!("{:<24} {}{why} attempts={}", s.step_key, s.status, s.attempts);
         }
         println!("plan {} {}", o.id, o.status);
+        if let Some(r) = &repo {
+            println!("isolated steps merged into {} at {}", r.integration_branch, r.url);
+        }
     }
     Ok(if o.status == "completed" { 0 } else { 1 })
 }

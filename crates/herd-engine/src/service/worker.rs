@@ -349,6 +349,12 @@ impl Service {
         Ok((o, steps))
     }
 
+    /// Where queued plan `id`'s isolated steps are merged: its repository and integration
+    /// branch, when it has isolated steps.
+    pub fn queued_repo(&self, id: &str) -> Result<Option<herd_store::PlanRepo>, ApiError> {
+        Ok(self.engine.store().plan_repo(id)?)
+    }
+
     /// The workers registered in this service's store.
     pub fn workers(&self) -> Result<Vec<herd_store::WorkerRow>, ApiError> {
         Ok(self.engine.store().workers()?)
