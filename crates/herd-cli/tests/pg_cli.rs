@@ -41,12 +41,7 @@ const PLAN: &str = "name: shared\ndefaults: {cli: command, prompt: go}\nsteps:\n
 
 /// `herd run --store <pg> plan.yml --json` started in `w` (it waits for the workers).
 fn submit(w: &World, pg: &PgDb) -> Child {
-    std::fs::write(w.work.join("plan.yml"), PLAN).unwrap();
-    herd(w, pg, &["run", "plan.yml", "--json"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
+    run_plan(w, pg, "plan.yml", PLAN)
 }
 
 /// The id of the one plan in the store, once it has been submitted.
@@ -61,6 +56,27 @@ fn submitted(pg: &PgDb) -> String {
     });
     assert!(found, "no plan was submitted");
     id.unwrap()
+}
+
+/// `cmd` started with its output captured.
+fn spawn(mut cmd: Command) -> Child {
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap()
+}
+
+/// `herd run --store <pg> FILE --json` of plan `yaml`, written to `file` in `w`.
+fn run_plan(w: &World, pg: &PgDb, file: &str, yaml: &str) -> Child {
+    std::fs::write(w.work.join(file), yaml).unwrap();
+    spawn(herd(w, pg, &["run", file, "--json"]))
+}
+
+/// SIGTERM (drain) to `worker`, then its exit code, stdout and stderr.
+fn stop_worker(worker: Child) -> (i32, String, String) {
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(worker.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    finish(worker, Duration::from_secs(30))
 }
 
 /// `herd worker --store <pg> --drain` in `w`: its summary once the queue is empty.
@@ -237,11 +253,7 @@ fn a_queued_plan_outlives_the_herd_run_that_submitted_it() {
 fn a_worker_whose_database_connections_are_killed_goes_on_serving() {
     let pg = herd_testkit::pg_db();
     let (submitter, machine) = (World::new(), World::new());
-    let mut worker = herd(&machine, &pg, &["worker", "--lease", "3s"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut worker = spawn(herd(&machine, &pg, &["worker", "--lease", "3s"]));
     let registered = || pg.try_rows("SELECT count(*) FROM workers WHERE status = 'active'");
     assert!(
         wait_until(Duration::from_secs(30), || registered()
@@ -270,12 +282,7 @@ fn a_worker_whose_database_connections_are_killed_goes_on_serving() {
     assert!(served, "the plan did not end in 60 s");
     let (code, out, err) = finish(run, Duration::from_secs(5));
     assert_eq!(code, 0, "{out}\n{err}");
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(worker.id() as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .unwrap();
-    let (code, out, err) = finish(worker, Duration::from_secs(30));
+    let (code, out, err) = stop_worker(worker);
     assert_eq!(code, 0, "{err}");
     let summary: Value = serde_json::from_str(out.trim()).unwrap();
     assert_eq!(summary["completed"], 2, "{summary}");
@@ -285,21 +292,13 @@ fn a_worker_whose_database_connections_are_killed_goes_on_serving() {
 fn a_worker_outlives_a_database_outage_and_every_step_ends_once() {
     let pg = herd_testkit::pg_db();
     let (submitter, machine) = (World::new(), World::new());
-    let mut worker = herd(&machine, &pg, &["worker", "--lease", "2s", "--max-concurrent", "3"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut worker =
+        spawn(herd(&machine, &pg, &["worker", "--lease", "2s", "--max-concurrent", "3"]));
     let plan = "name: outage\ndefaults: {cli: command, prompt: go, retries: 2}\nsteps:\n\
                   - {id: a, command: [sh, -c, 'sleep 1']}\n\
                   - {id: b, command: [sh, -c, 'sleep 1']}\n\
                   - {id: c, depends_on: [a, b], command: [sh, -c, 'sleep 0.5']}\n";
-    std::fs::write(submitter.work.join("outage.yml"), plan).unwrap();
-    let run = herd(&submitter, &pg, &["run", "outage.yml", "--json"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let run = run_plan(&submitter, &pg, "outage.yml", plan);
     let started = wait_until(Duration::from_secs(30), || {
         pg.try_rows("SELECT count(*) FROM orchestration_steps WHERE status = 'running'")
             .is_ok_and(|r| r[0][0].as_deref() == Some("2"))
@@ -328,12 +327,7 @@ fn a_worker_outlives_a_database_outage_and_every_step_ends_once() {
         done.into_iter().map(|r| (r[0].clone().unwrap(), r[1].clone().unwrap())).collect();
     let once = |k: &str| (k.to_owned(), "1".to_owned());
     assert_eq!(done, [once("a"), once("b"), once("c")]);
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(worker.id() as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .unwrap();
-    let (code, _, err) = finish(worker, Duration::from_secs(30));
+    let (code, _, err) = stop_worker(worker);
     assert_eq!(code, 0, "{err}");
     assert!(err.contains("trying again"), "the outage went unnoticed: {err}");
 }
@@ -342,21 +336,12 @@ fn a_worker_outlives_a_database_outage_and_every_step_ends_once() {
 fn herd_cancel_stops_a_plan_served_by_workers() {
     let pg = herd_testkit::pg_db();
     let (submitter, machine, person) = (World::new(), World::new(), World::new());
-    let worker = herd(&machine, &pg, &["worker", "--max-concurrent", "1"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let worker = spawn(herd(&machine, &pg, &["worker", "--max-concurrent", "1"]));
     let plan = "name: long\ndefaults: {cli: command, prompt: go}\nsteps:\n\
                   - {id: long, command: [sleep, '60']}\n\
                   - {id: next, command: ['true']}\n\
                   - {id: after, depends_on: [long], command: ['true']}\n";
-    std::fs::write(submitter.work.join("long.yml"), plan).unwrap();
-    let run = herd(&submitter, &pg, &["run", "long.yml", "--json"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let run = run_plan(&submitter, &pg, "long.yml", plan);
     let started = wait_until(Duration::from_secs(30), || {
         pg.try_rows("SELECT count(*) FROM orchestration_steps WHERE status = 'running' AND subagent_id IS NOT NULL")
             .is_ok_and(|r| r[0][0].as_deref() == Some("1"))
@@ -380,11 +365,6 @@ fn herd_cancel_stops_a_plan_served_by_workers() {
     let long =
         report["steps"].as_array().unwrap().iter().find(|s| s["step_key"] == "long").unwrap();
     assert_eq!(long["status"], "cancelled", "{report:#}");
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(worker.id() as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .unwrap();
-    let (code, _, err) = finish(worker, Duration::from_secs(30));
+    let (code, _, err) = stop_worker(worker);
     assert_eq!(code, 0, "{err}");
 }

@@ -27,6 +27,38 @@ fn git(dir: &Path, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).trim_end().to_owned()
 }
 
+/// A bare repository `shared.git` in `dir` (the shared remote), and the person's checkout in
+/// `w.work` with one commit (a README and a .gitignore of `ignored`) and it as `origin`.
+fn shared_repo(w: &World, dir: &Path, ignored: &str) -> std::path::PathBuf {
+    let remote = dir.join("shared.git");
+    git(dir, &["init", "--quiet", "--bare", "-b", "main", &remote.to_string_lossy()]);
+    git(&w.work, &["init", "--quiet", "-b", "main"]);
+    std::fs::write(w.work.join("README"), "start\n").unwrap();
+    std::fs::write(w.work.join(".gitignore"), format!("{ignored}\n")).unwrap();
+    git(&w.work, &["add", "."]);
+    git(&w.work, &["commit", "--quiet", "-m", "start"]);
+    git(&w.work, &["remote", "add", "origin", &remote.to_string_lossy()]);
+    remote
+}
+
+/// Workers `0..n`, each with clones of its own (a machine of its own), once all registered.
+fn workers(w: &World, pg: &herd_testkit::PgDb, dir: &Path, n: usize) -> Vec<Worker> {
+    let started: Vec<Worker> = (0..n)
+        .map(|i| {
+            let clones = dir.join(format!("clones{i}")).display().to_string();
+            Worker::start(w, pg, dir, i, &["--max-concurrent", "2", "--clones", &clones])
+        })
+        .collect();
+    let registered = || pg.try_rows("SELECT count(*) FROM workers WHERE status = 'active'");
+    let want = n.to_string();
+    assert!(
+        wait_until(Duration::from_secs(30), || registered()
+            .is_ok_and(|r| r[0][0].as_deref() == Some(want.as_str()))),
+        "the workers did not register"
+    );
+    started
+}
+
 /// Steps that finish out of order (a sleeps longest); d needs a's and b's merged work; y and
 /// z both rewrite README, so z — after y in plan order — conflicts.
 const PLAN: &str = "name: code
@@ -46,14 +78,7 @@ fn workers_on_two_machines_merge_isolated_steps_into_the_shared_remote_in_plan_o
     let w = World::new();
     let dir = tempfile::tempdir().unwrap();
     // The shared remote, and the person's checkout (a clone of it) where the plan is run.
-    let remote = dir.path().join("shared.git");
-    git(dir.path(), &["init", "--quiet", "--bare", "-b", "main", &remote.to_string_lossy()]);
-    git(&w.work, &["init", "--quiet", "-b", "main"]);
-    std::fs::write(w.work.join("README"), "start\n").unwrap();
-    std::fs::write(w.work.join(".gitignore"), "code.yml\n").unwrap();
-    git(&w.work, &["add", "."]);
-    git(&w.work, &["commit", "--quiet", "-m", "start"]);
-    git(&w.work, &["remote", "add", "origin", &remote.to_string_lossy()]);
+    let remote = shared_repo(&w, dir.path(), "code.yml");
     git(&w.work, &["push", "--quiet", "origin", "main"]);
     // A commit the remote has not seen: the plan's base is this checkout's HEAD, as on one
     // machine, so the workers see it.
@@ -65,23 +90,7 @@ fn workers_on_two_machines_merge_isolated_steps_into_the_shared_remote_in_plan_o
 
     let clones: Vec<String> =
         (0..2).map(|n| dir.path().join(format!("clones{n}")).display().to_string()).collect();
-    let workers: Vec<Worker> = (0..2)
-        .map(|n| {
-            Worker::start(
-                &w,
-                &pg,
-                dir.path(),
-                n,
-                &["--max-concurrent", "2", "--clones", &clones[n]],
-            )
-        })
-        .collect();
-    let registered = || pg.try_rows("SELECT count(*) FROM workers WHERE status = 'active'");
-    assert!(
-        wait_until(Duration::from_secs(30), || registered()
-            .is_ok_and(|r| r[0][0].as_deref() == Some("2"))),
-        "the workers did not register"
-    );
+    let workers = workers(&w, &pg, dir.path(), 2);
 
     let out =
         w.herd(&["run", "code.yml", "--json"]).env("HERD_STORE_URL", &pg.url).output().unwrap();
@@ -176,26 +185,9 @@ fn a_worker_killed_with_isolated_steps_under_way_loses_only_them_and_the_merges_
     let pg = herd_testkit::pg_db();
     let w = World::new();
     let dir = tempfile::tempdir().unwrap();
-    let remote = dir.path().join("shared.git");
-    git(dir.path(), &["init", "--quiet", "--bare", "-b", "main", &remote.to_string_lossy()]);
-    git(&w.work, &["init", "--quiet", "-b", "main"]);
-    std::fs::write(w.work.join(".gitignore"), "wide.yml\n").unwrap();
-    git(&w.work, &["add", "."]);
-    git(&w.work, &["commit", "--quiet", "-m", "start"]);
-    git(&w.work, &["remote", "add", "origin", &remote.to_string_lossy()]);
+    let remote = shared_repo(&w, dir.path(), "wide.yml");
     std::fs::write(w.work.join("wide.yml"), wide_plan()).unwrap();
-    let mut workers: Vec<Worker> = (0..3)
-        .map(|n| {
-            let clones = dir.path().join(format!("clones{n}")).display().to_string();
-            Worker::start(&w, &pg, dir.path(), n, &["--max-concurrent", "2", "--clones", &clones])
-        })
-        .collect();
-    let registered = || pg.try_rows("SELECT count(*) FROM workers WHERE status = 'active'");
-    assert!(
-        wait_until(Duration::from_secs(30), || registered()
-            .is_ok_and(|r| r[0][0].as_deref() == Some("3"))),
-        "the workers did not register"
-    );
+    let mut workers = workers(&w, &pg, dir.path(), 3);
     let run = w
         .herd(&["run", "wide.yml", "--json"])
         .env("HERD_STORE_URL", &pg.url)

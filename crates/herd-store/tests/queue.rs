@@ -16,6 +16,21 @@ fn step(key: &str, deps: &[&str]) -> NewStep {
     }
 }
 
+/// Plan `id` of session `s1` with `steps`.
+fn orch(id: &str, steps: Vec<NewStep>) -> NewOrchestration {
+    NewOrchestration {
+        id: id.into(),
+        session: "s1".into(),
+        name: id.into(),
+        strategy: "dag".into(),
+        plan: "{}".into(),
+        source_file: None,
+        steps,
+        owner_pid: 1,
+        owner_start_time: None,
+    }
+}
+
 fn open(pg: &herd_testkit::PgDb, dir: &std::path::Path) -> Store {
     Store::open(StatePaths::new(dir).with_store(Backend::Postgres(pg.url.clone()))).unwrap()
 }
@@ -27,17 +42,8 @@ fn steps_are_claimed_once_in_dependency_order_and_fenced() {
     let mut s = open(&pg, dir.path());
     let other = open(&pg, dir.path());
     s.create_session("s1", "cli", dir.path()).unwrap();
-    let o = NewOrchestration {
-        id: "pln_q".into(),
-        session: "s1".into(),
-        name: "q".into(),
-        strategy: "dag".into(),
-        plan: "{}".into(),
-        source_file: None,
-        steps: vec![step("a", &[]), step("b", &["a"]), step("c", &["b"]), step("gpu", &[])],
-        owner_pid: 1,
-        owner_start_time: None,
-    };
+    let o =
+        orch("pln_q", vec![step("a", &[]), step("b", &["a"]), step("c", &["b"]), step("gpu", &[])]);
     let q = |retries, labels: &[&str]| QueuedStep {
         retries,
         labels: labels.iter().map(|l| l.to_string()).collect(),
@@ -111,17 +117,7 @@ fn workers_register_and_listen() {
     s.requeue_expired().unwrap();
     let mut s2 = open(&pg, dir.path());
     s2.create_session("s1", "cli", dir.path()).unwrap();
-    let o = NewOrchestration {
-        id: "pln_n".into(),
-        session: "s1".into(),
-        name: "n".into(),
-        strategy: "dag".into(),
-        plan: "{}".into(),
-        source_file: None,
-        steps: vec![step("a", &[])],
-        owner_pid: 1,
-        owner_start_time: None,
-    };
+    let o = orch("pln_n", vec![step("a", &[])]);
     s2.submit_orchestration(&o, "x", &[QueuedStep::default()], None).unwrap();
     assert!(listener.wait_notification(std::time::Duration::from_secs(5)));
     assert!(t.elapsed() < std::time::Duration::from_secs(5));
@@ -133,19 +129,8 @@ fn a_step_waits_for_every_dependency_of_its_own_plan() {
     let dir = tempfile::tempdir().unwrap();
     let mut s = open(&pg, dir.path());
     s.create_session("s1", "cli", dir.path()).unwrap();
-    let plan = |id: &str, steps: Vec<NewStep>| NewOrchestration {
-        id: id.into(),
-        session: "s1".into(),
-        name: id.into(),
-        strategy: "dag".into(),
-        plan: "{}".into(),
-        source_file: None,
-        steps,
-        owner_pid: 1,
-        owner_start_time: None,
-    };
     // `join` comes first in plan order but needs both `a` and `b`.
-    let one = plan("pln_1", vec![step("join", &["a", "b"]), step("a", &[]), step("b", &[])]);
+    let one = orch("pln_1", vec![step("join", &["a", "b"]), step("a", &[]), step("b", &[])]);
     s.submit_orchestration(&one, "x", &vec![QueuedStep::default(); 3], None).unwrap();
     let none: Vec<String> = vec![];
     let a = s.claim_step("w1", &none, 60_000, "r").unwrap().unwrap();
@@ -153,7 +138,7 @@ fn a_step_waits_for_every_dependency_of_its_own_plan() {
     assert_eq!((a.key.as_str(), b.key.as_str()), ("a", "b"));
     // A later plan with steps of the same keys, left pending (no worker has their label):
     // they are not `join`'s dependencies.
-    let two = plan("pln_2", vec![step("a", &[]), step("b", &[])]);
+    let two = orch("pln_2", vec![step("a", &[]), step("b", &[])]);
     let elsewhere = QueuedStep { retries: 0, labels: vec!["elsewhere".into()] };
     s.submit_orchestration(&two, "x", &vec![elsewhere; 2], None).unwrap();
     assert!(s.claim_step("w1", &none, 60_000, "r").unwrap().is_none());
@@ -175,17 +160,7 @@ fn a_pushed_step_waits_for_one_merger_and_its_merge_ends_it_once() {
     let mut s = open(&pg, dir.path());
     let other = open(&pg, dir.path());
     s.create_session("s1", "cli", dir.path()).unwrap();
-    let o = NewOrchestration {
-        id: "pln_m".into(),
-        session: "s1".into(),
-        name: "m".into(),
-        strategy: "dag".into(),
-        plan: "{}".into(),
-        source_file: None,
-        steps: vec![step("a", &[]), step("b", &["a"]), step("c", &[])],
-        owner_pid: 1,
-        owner_start_time: None,
-    };
+    let o = orch("pln_m", vec![step("a", &[]), step("b", &["a"]), step("c", &[])]);
     let repo = PlanRepo {
         url: "/srv/app.git".into(),
         base: "0123abcd".into(),
@@ -314,17 +289,7 @@ fn a_cancelled_queued_plan_gives_workers_no_more_steps_and_ends_when_its_running
     let dir = tempfile::tempdir().unwrap();
     let mut s = open(&pg, dir.path());
     s.create_session("s1", "cli", dir.path()).unwrap();
-    let o = NewOrchestration {
-        id: "pln_c".into(),
-        session: "s1".into(),
-        name: "c".into(),
-        strategy: "dag".into(),
-        plan: "{}".into(),
-        source_file: None,
-        steps: vec![step("a", &[]), step("b", &[]), step("c", &["a"])],
-        owner_pid: 1,
-        owner_start_time: None,
-    };
+    let o = orch("pln_c", vec![step("a", &[]), step("b", &[]), step("c", &["a"])]);
     s.submit_orchestration(&o, "x", &vec![QueuedStep::default(); 3], None).unwrap();
     let none: Vec<String> = vec![];
     let a = s.claim_step("w1", &none, 60_000, "r1").unwrap().unwrap();
