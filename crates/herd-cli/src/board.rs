@@ -173,6 +173,16 @@ fn counts(p: &PlanView) -> Vec<String> {
 /// The line announcing one of a plan's events (`None` for those that need none); `steps` (the
 /// plan's, as read) say whether a completed step had calls denied for want of an answer.
 pub fn announce(e: &PlanEventView, steps: &[StepView]) -> Option<String> {
+    announce_with(e, || {
+        let step = e.step.as_deref()?;
+        let s = steps.iter().find(|s| s.id == step)?;
+        (s.unanswered_denials > 0).then(|| reason(s))
+    })
+}
+
+/// [`announce`], with `denied` asked (only for a completed step) why its calls were denied
+/// (`None`: none were): a reader without the whole plan looks up that step's run alone.
+pub fn announce_with(e: &PlanEventView, denied: impl FnOnce() -> Option<String>) -> Option<String> {
     let step = e.step.as_deref().unwrap_or("?");
     let run = e.subagent_id.as_deref().unwrap_or("-");
     // A reason that only repeats what happened (`cancelled: cancelled`) is left out.
@@ -187,11 +197,9 @@ pub fn announce(e: &PlanEventView, steps: &[StepView]) -> Option<String> {
         "subagent_attempt" => {
             format!("herd: {step} started again as {run} (attempt {})", e.attempt.unwrap_or(0))
         }
-        "step_completed" => match steps.iter().find(|s| s.id == step) {
-            Some(s) if s.unanswered_denials > 0 => {
-                format!("herd: {step} completed, but {}", reason(s))
-            }
-            _ => format!("herd: {step} completed"),
+        "step_completed" => match denied() {
+            Some(why) => format!("herd: {step} completed, but {why}"),
+            None => format!("herd: {step} completed"),
         },
         "step_failed" => format!("herd: {step} failed{why}"),
         "step_cancelled" => format!("herd: {step} cancelled{why}"),
@@ -245,8 +253,13 @@ fn reason(s: &StepView) -> String {
     match (&s.failure_reason, s.unanswered_denials) {
         (Some(r), _) => r.clone(),
         (None, 0) => String::new(),
-        (None, n) => format!("{n} call(s) denied: nobody answered"),
+        (None, n) => unanswered(n),
     }
+}
+
+/// `n` calls denied because nobody answered them.
+pub fn unanswered(n: u32) -> String {
+    format!("{n} call(s) denied: nobody answered")
 }
 
 /// The narrowest REASON column a table leaves room for by cutting step names.

@@ -176,6 +176,8 @@ async fn show(svc: Service, id: String, d: Display, mut done: watch::Receiver<bo
     let mut after = 0i64;
     let mut drawn = 0usize;
     let mut told = HashSet::new();
+    // Each step's latest run, as its events said.
+    let mut runs: HashMap<String, String> = HashMap::new();
     let mut tick = tokio::time::interval(FRAME);
     for frame in 0usize.. {
         let finished = *done.borrow();
@@ -190,14 +192,25 @@ async fn show(svc: Service, id: String, d: Display, mut done: watch::Receiver<bo
             continue;
         }
         // Read before the events: a step that completed after this read had its calls'
-        // fates recorded before it completed.
-        let plan = svc.plan(&id).ok();
-        let steps = plan.as_ref().and_then(|p| p.steps.as_deref()).unwrap_or_default();
+        // fates recorded before it completed. Only the live block needs the whole plan: read
+        // five times a second, every step and run of it made 2000 `/bin/true` steps ~20%
+        // slower (benches/dispatch.rs). Without it, a completed step's run alone is read.
+        let plan = if d.live { svc.plan(&id).ok() } else { None };
         let mut lines = Vec::new();
         while let Ok(batch) = svc.plan_events(&id, after, 500) {
             for e in &batch {
                 after = e.seq;
-                lines.extend(board::announce(e, steps));
+                // A step's end may not name its run: its start (read before) did.
+                if let (Some(step), Some(run)) = (&e.step, &e.subagent_id) {
+                    runs.insert(step.clone(), run.clone());
+                }
+                lines.extend(match &plan {
+                    Some(p) => board::announce(e, p.steps.as_deref().unwrap_or_default()),
+                    None => board::announce_with(e, || {
+                        let n = svc.unanswered_denials(runs.get(e.step.as_deref()?)?).ok()?;
+                        (n > 0).then(|| board::unanswered(n))
+                    }),
+                });
             }
             if batch.len() < 500 {
                 break;

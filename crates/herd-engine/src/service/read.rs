@@ -70,6 +70,15 @@ impl Service {
         view(&store, &sid)
     }
 
+    /// How many tool calls of run `id` (a whole id, as events name it) were denied because
+    /// nobody answered: one row by its key, for a reader announcing each step's end (a prefix
+    /// is resolved by scanning every run).
+    pub fn unanswered_denials(&self, id: &str) -> Result<u32, ApiError> {
+        let sid: SubagentId =
+            id.parse().map_err(|_| ApiError::not_found(format!("no run {id}")))?;
+        Ok(self.engine.store().get(&sid)?.map_or(0, |r| r.unanswered))
+    }
+
     /// Runs, newest first: the active ones, or every one with `all`.
     pub fn runs(&self, f: RunFilter) -> Result<Vec<RunView>, ApiError> {
         let store = self.engine.store();
