@@ -78,7 +78,41 @@ fn wrapped(name: &str, args: &[&str]) -> Option<usize> {
 }
 
 fn crude_keep_path(word: &str) -> String {
-    word.chars().filter(|c| !matches!(c, '\'' | '"' | '\\')).collect()
+    unquote_word(word)
+}
+
+/// Bash's quote removal on one word: single quotes keep everything, double quotes let a
+/// backslash escape only `$`, `` ` ``, `"`, `\` and a newline, a bare backslash escapes any
+/// character, a backslash-newline vanishes; `$'…'`/`$"…"` lose their `$`.
+fn unquote_word(word: &str) -> String {
+    let mut out = String::new();
+    let mut quote: Option<char> = None;
+    let mut chars = word.chars().peekable();
+    while let Some(c) = chars.next() {
+        match (quote, c) {
+            (Some(q), c) if c == q => quote = None,
+            (Some('\''), c) => out.push(c),
+            (Some(_), '\\') => match chars.peek() {
+                Some(&n) if matches!(n, '$' | '`' | '"' | '\\' | '\n') => {
+                    chars.next();
+                    if n != '\n' {
+                        out.push(n);
+                    }
+                }
+                _ => out.push('\\'),
+            },
+            (Some(_), c) => out.push(c),
+            (None, '\'' | '"') => quote = Some(c),
+            (None, '$') if matches!(chars.peek(), Some('\'' | '"')) => {}
+            (None, '\\') => {
+                if let Some(n) = chars.next().filter(|n| *n != '\n') {
+                    out.push(n);
+                }
+            }
+            (None, c) => out.push(c),
+        }
+    }
+    out
 }
 
 const SHELLS: &[&str] = &["sh", "bash", "dash", "zsh", "ksh"];
@@ -98,9 +132,10 @@ fn code_of(name: &str, args: &[&str]) -> Option<String> {
     }
 }
 
-/// Quotes and backslashes dropped, the directory stripped: crude, on purpose.
+/// Quotes removed as bash removes them, a leading `$` and the directory stripped: crude, on
+/// purpose (an unquoted `rm\\\\` is a command named `rm\\`, not rm).
 fn crude(word: &str) -> String {
-    let w: String = word.chars().filter(|c| !matches!(c, '\'' | '"' | '\\')).collect();
+    let w = unquote_word(word);
     let w = w.strip_prefix('$').unwrap_or(&w).to_owned();
     w.rsplit('/').next().unwrap_or("").to_owned()
 }

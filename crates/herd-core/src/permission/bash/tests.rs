@@ -232,6 +232,11 @@ fn what_the_analysis_sees() {
     );
     assert_eq!(runs("$'\\x72m' \"a b\" c\\ d"), ["rm a b c d"]);
     assert_eq!(runs("command -v rm"), ["command -v rm"]);
+    // Backslashes pair up as bash pairs them (found by the bash_rules fuzz target): rm plus eight
+    // is a command named rm plus four, and only an odd one out escapes the next character.
+    assert_eq!(runs(r"rm\\\\\\\\ x"), [r"rm\\\\ x"]);
+    assert_eq!(runs(r"r\m x"), ["rm x"]);
+    assert_eq!(runs(r"\\rm x"), [r"\rm x"]);
     let git = &analyze_bash("git -C /x -c a=b --no-pager push o").commands[0];
     assert_eq!(words_to_string(git.without_globals.as_ref().unwrap()), "git push o");
     assert!(!git.globals_harmless);
