@@ -295,14 +295,23 @@ impl<'e> RunState<'e> {
                         let mut evs = Vec::new();
                         out_split.push(&out_buf[..n], |p| self.piece(p, &mut evs, cfg.max_line_bytes));
                         self.transcript.flush()?;
-                        self.emit(child, evs).await?;
                         // A CLI that stops itself at the limit gets one turn of slack (herd's
-                        // count is a backstop); for the others herd's count is the limit.
+                        // count is a backstop); for the others herd's count is the limit. The
+                        // stop goes out as soon as the lines are decoded (a fast tool would
+                        // otherwise have the next request sent while they are stored) and is
+                        // recorded after them.
                         let slack = u32::from(self.backend.enforces_max_turns());
-                        if let Some(m) = max_turns
-                            && self.decoder.turns() > m.saturating_add(slack)
-                        {
-                            self.begin_stop(child, StopReason::MaxTurns).await?;
+                        let stopped = match max_turns {
+                            Some(m) if self.decoder.turns() > m.saturating_add(slack) => {
+                                // What the lines ask of a two-way protocol still goes first.
+                                self.answer_protocol(child);
+                                self.send_stop(child, StopReason::MaxTurns)
+                            }
+                            _ => None,
+                        };
+                        self.emit(child, evs).await?;
+                        if let Some((step, why)) = stopped {
+                            self.record_stop(step, &why).await?;
                         }
                     }
                 }
@@ -607,30 +616,39 @@ impl<'e> RunState<'e> {
     /// First rung of the ladder: the protocol's own stop (ACP `session/cancel`), else the
     /// backend's interrupt message, else SIGINT to the group.
     async fn begin_stop(&mut self, child: &mut Child, why: StopReason) -> Result<(), EngineError> {
+        match self.send_stop(child, why) {
+            Some((step, why)) => self.record_stop(step, &why).await,
+            None => Ok(()),
+        }
+    }
+
+    /// The first rung itself, unrecorded: the step taken and why, or None when the ladder had
+    /// already started.
+    fn send_stop(&mut self, child: &mut Child, why: StopReason) -> Option<(&'static str, String)> {
         self.stop_reason.get_or_insert(why);
         if self.ladder != Ladder::Idle {
-            return Ok(());
+            return None;
         }
         let why = format!("{why:?}").to_lowercase();
         let cancel = if child.stdin_open() { self.decoder.interrupt() } else { Vec::new() };
-        if !cancel.is_empty() {
+        let step = if !cancel.is_empty() {
             child.write_stdin(&cancel);
-            self.record_stop("session/cancel", &why).await?;
+            "session/cancel"
         } else {
             match self.backend.interrupt_message().filter(|_| child.stdin_open()) {
                 Some(msg) => {
                     child.write_stdin(&msg);
-                    self.record_stop("interrupt", &why).await?;
+                    "interrupt"
                 }
                 None => {
                     child.signal(Signal::SIGINT);
-                    self.record_stop("sigint", &why).await?;
+                    "sigint"
                 }
             }
-        }
+        };
         self.ladder = Ladder::Graceful;
         self.ladder_deadline = Some(TInstant::now() + self.engine.config.graceful_stop);
-        Ok(())
+        Some((step, why))
     }
 
     async fn escalate(&mut self, child: &mut Child) -> Result<(), EngineError> {
