@@ -60,7 +60,7 @@ fn wrapped(name: &str, args: &[&str]) -> Option<usize> {
     let (_, takes, skip) = WRAPPERS.iter().find(|(n, _, _)| *n == name)?;
     let mut i = 0;
     while let Some(a) = args.get(i) {
-        let a = crude_keep_path(a);
+        let a = unquote_word(a);
         if a == "--" {
             i += 1;
             break;
@@ -75,10 +75,6 @@ fn wrapped(name: &str, args: &[&str]) -> Option<usize> {
         }
     }
     Some(i + skip)
-}
-
-fn crude_keep_path(word: &str) -> String {
-    unquote_word(word)
 }
 
 /// Bash's quote removal on one word: single quotes keep everything, double quotes let a
