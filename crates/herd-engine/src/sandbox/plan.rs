@@ -156,9 +156,10 @@ pub fn build(i: &Inputs<'_>) -> Result<(SandboxPlan, Placeholders), String> {
         let git = i.git.map(|g| [g.common.clone(), g.git_dir.clone()]);
         std::iter::once(workspace.clone()).chain(git.into_iter().flatten())
     });
-    let always = [home.clone(), Some(canon(i.init)), Some(canon(i.program))];
+    let always = [home.clone(), Some(canon(i.init))];
     let files = i.run_files.iter().map(|f| canon(f));
-    for p in always.into_iter().flatten().chain(read_only.into_iter().flatten()).chain(files) {
+    let seen = always.into_iter().flatten().chain(program_paths(i.program));
+    for p in seen.chain(read_only.into_iter().flatten()).chain(files) {
         if p.starts_with("/tmp") {
             add(p, MountKind::Visible);
         }
@@ -259,6 +260,18 @@ pub fn build(i: &Inputs<'_>) -> Result<(SandboxPlan, Placeholders), String> {
     let plan =
         SandboxPlan { bwrap: i.bwrap.to_path_buf(), init: canon(i.init), cwd, mounts, tmpdir };
     Ok((plan, holders))
+}
+
+/// What must be seen for `program` to start: the directory of the path it is started by (often
+/// a link, `node_modules/.bin/claude`) and, for an npm package, the outermost `node_modules` it
+/// resolves its modules from, else the directory of the file the path leads to.
+fn program_paths(program: &Path) -> Vec<PathBuf> {
+    let canon = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
+    let target = canon(program);
+    let modules = target.ancestors().filter(|a| a.ends_with("node_modules")).last();
+    let target_root = modules.or_else(|| target.parent()).map(Path::to_path_buf);
+    let started_from = program.parent().map(canon);
+    started_from.into_iter().chain(target_root).collect()
 }
 
 /// The mode that marks herd's placeholder directories (an empty, read-only directory).
@@ -509,6 +522,26 @@ mod tests {
         assert!(!mcp.exists());
         assert!(!home.join(".claude/settings.json").exists());
         assert!(wt.join(".claude").is_dir(), "a real directory is never removed");
+    }
+
+    #[test]
+    fn an_npm_cli_in_tmp_is_seen_whole_and_by_the_path_it_is_started_by() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().canonicalize().unwrap();
+        let modules = root.join("tools/node_modules");
+        let pkg = modules.join("@scope/cli/bin");
+        std::fs::create_dir_all(&pkg).unwrap();
+        std::fs::create_dir_all(modules.join(".bin")).unwrap();
+        std::fs::create_dir_all(root.join("bin")).unwrap();
+        std::fs::write(pkg.join("cli.js"), "").unwrap();
+        std::os::unix::fs::symlink("../@scope/cli/bin/cli.js", modules.join(".bin/cli")).unwrap();
+        std::os::unix::fs::symlink(modules.join(".bin/cli"), root.join("bin/cli")).unwrap();
+        // Started through a link outside the package: its directory and all of node_modules.
+        assert_eq!(program_paths(&root.join("bin/cli")), [root.join("bin"), modules.clone()]);
+        assert_eq!(program_paths(&modules.join(".bin/cli")), [modules.join(".bin"), modules]);
+        // A plain binary: its directory.
+        std::fs::write(root.join("bin/plain"), "").unwrap();
+        assert_eq!(program_paths(&root.join("bin/plain")), [root.join("bin"), root.join("bin")]);
     }
 
     #[test]
