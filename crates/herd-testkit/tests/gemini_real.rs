@@ -211,6 +211,30 @@ fn http_500_is_an_error_result_with_the_status_as_exit_code() {
     assert_eq!(mock.requests_for("gm-500").iter().filter(|r| r.streaming).count(), 1);
 }
 
+/// A temporary directory gemini reads system settings from. It skips a file below a group- or
+/// world-writable directory: "Security Warning: Skipping system settings file … Parent directory
+/// '/tmp' is insecure" (measured). The target dir, unless the checkout is under /tmp; else a
+/// directory in HOME's cache.
+fn secure_tempdir() -> tempfile::TempDir {
+    use std::os::unix::fs::PermissionsExt;
+    let secure = |p: &Path| {
+        p.ancestors().all(|a| a.metadata().is_ok_and(|m| m.permissions().mode() & 0o022 == 0))
+    };
+    let home_cache = std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache"));
+    let candidates = [Some(Path::new(env!("CARGO_TARGET_TMPDIR")).to_path_buf()), home_cache];
+    for dir in candidates.into_iter().flatten() {
+        let _ = std::fs::create_dir_all(&dir);
+        if let Ok(dir) = dir.canonicalize()
+            && secure(&dir)
+        {
+            return tempfile::tempdir_in(dir).unwrap();
+        }
+    }
+    panic!(
+        "no directory gemini trusts for system settings: the target dir and ~/.cache are both below a group- or world-writable one"
+    )
+}
+
 #[test]
 fn turn_limit_from_system_settings_stops_the_run() {
     let Some(bin) = require_gemini() else { return };
@@ -225,10 +249,7 @@ fn turn_limit_from_system_settings_stops_the_run() {
     mock.script("gm-turns", script);
     let home = tempfile::tempdir().unwrap();
     let cwd = tempfile::tempdir().unwrap();
-    // gemini skips a system settings file below a group- or world-writable directory (so not
-    // under /tmp): "Security Warning: Skipping system settings file … Parent directory '/tmp'
-    // is insecure" (measured). The target dir is not.
-    let secure = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let secure = secure_tempdir();
     let settings = secure.path().join("system-settings.json");
     std::fs::write(&settings, json!({"model": {"maxSessionTurns": 2}}).to_string()).unwrap();
     let out = gemini(&bin, home.path(), cwd.path())
